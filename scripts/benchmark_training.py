@@ -170,6 +170,12 @@ def run_timm(args, compiled):
     if args.smoke and not compiled:
         from torch.utils.flop_counter import FlopCounterMode
 
+        # Count the attention matmuls as explicit matmuls: torch's fused attention kernel
+        # (scaled_dot_product_attention) is not counted by FlopCounterMode on every build and
+        # device, and the analytic formula counts q·kᵀ and attn·v like any other matmul.
+        for module in model.modules():
+            if hasattr(module, "fused_attn"):
+                module.fused_attn = False
         counter = FlopCounterMode(display=False)
         with counter:
             model.eval()(images[:1])
