@@ -20,6 +20,7 @@ from tests.export.helpers import (
     SIGNATURE_OUTPUTS,
     encode,
     photo,
+    png_header,
     run_in_fresh_process,
     serving_contract,
     signature_types,
@@ -129,6 +130,16 @@ def test_bytes_signature_gives_the_probabilities_of_timms_transform(loaded, mode
     np.testing.assert_allclose(served, with_load_image, rtol=1e-5, atol=0)
 
 
+def test_a_1x5000_png_is_classified_in_bounded_memory_like_load_image(loaded, model, tmp_path):
+    """Resized whole, this 99-byte file would become 32 × 160,000 (224 × 1,120,000 on a
+    224 model, 4 GB); only the centre window is computed."""
+    path = tmp_path / "line.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (1, 5000, 3), dtype=np.uint8)).save(path)
+    served = loaded.signatures["serving_bytes"](image_bytes=tf.constant([path.read_bytes()]))
+    expected = model.predict(load_image(path, SIDE)[None], verbose=0)
+    np.testing.assert_allclose(served["probabilities"].numpy(), expected, rtol=1e-5, atol=0)
+
+
 # === Bad input: INVALID_ARGUMENT naming what is expected, in Python and as TF Serving runs it ===
 
 EXPECTED = f"[batch, {SIDE}, {SIDE}, 3]"
@@ -156,6 +167,10 @@ BAD_INPUTS = {
     ),
     "no batch axis, bytes": ("serving_bytes", "image_bytes", np.array(PNG, object), ["list [batch]", "shape []"]),
     "truncated file": ("serving_bytes", "image_bytes", np.array([PNG[:100]], object), ["PNG"]),
+    "decompression bomb": (
+        "serving_bytes", "image_bytes", np.array([PNG, png_header(20_000, 9_000)], object),
+        ["9000x20000 pixels; at most 89,478,485"],
+    ),
 }
 
 
