@@ -53,17 +53,22 @@ def test_a_backup_restores_weights_optimizer_random_state_and_best(small_cait, t
     assert other_checkpoint.best == 0.25
 
 
-def test_a_kill_while_writing_a_backup_keeps_the_previous_one(small_cait, tmp_path, monkeypatch):
+def backed_up_then_changed(small_cait, directory):
+    """A model backed up at step 1, then changed at step 2: (model, its backup, weights at step 1)."""
     model = compiled(small_cait)
-    backup = ResumableBackup(tmp_path, save_freq=1)
+    backup = ResumableBackup(directory, save_freq=1)
     backup.set_model(model)
     backup.step = 1
     backup.save()
     first = [np.array(v) for v in model.weights]
-
     for variable in model.weights:
         variable.assign(variable + 1.0)
     backup.step = 2
+    return model, backup, first
+
+
+def test_a_kill_while_writing_a_backup_keeps_the_previous_one(small_cait, tmp_path, monkeypatch):
+    model, backup, first = backed_up_then_changed(small_cait, tmp_path)
 
     def killed(*args, **kwargs):
         raise KeyboardInterrupt  # the process dies in the middle of the write
@@ -134,15 +139,7 @@ def test_a_finetune_killed_mid_epoch_resumes_to_the_same_weights(small_cait, dig
 
 def two_backups(small_cait, directory):
     """Backups at steps 1 and 2 of a compiled model; returns (model, weights at step 1)."""
-    model = compiled(small_cait)
-    backup = ResumableBackup(directory, save_freq=1)
-    backup.set_model(model)
-    backup.step = 1
-    backup.save()
-    first = [np.array(v) for v in model.weights]
-    for variable in model.weights:
-        variable.assign(variable + 1.0)
-    backup.step = 2
+    model, backup, first = backed_up_then_changed(small_cait, directory)
     backup.save()
     return model, first
 
