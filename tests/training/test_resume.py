@@ -19,15 +19,15 @@ REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__f
 STEPS_PER_EPOCH = 90 // 8  # 100 digits, 10% held out, batches of 8
 
 
-def compiled(small_cait):
+def compiled(tiny_cait):
     keras.utils.set_random_seed(0)
-    model = small_cait(classes=10, drop_path_rate=0.2)
+    model = tiny_cait(classes=10, drop_path_rate=0.2)
     model.compile(optimizer=adamw(model, 1e-3, use_ema=True), loss="categorical_crossentropy")
     return model
 
 
-def test_a_backup_restores_weights_optimizer_random_state_and_best(small_cait, tmp_path):
-    model = compiled(small_cait)
+def test_a_backup_restores_weights_optimizer_random_state_and_best(tiny_cait, tmp_path):
+    model = compiled(tiny_cait)
     images = np.random.default_rng(0).uniform(0, 255, (8, 32, 32, 3)).astype("float32")
     labels = np.eye(10)[np.arange(8)]
     checkpoint = keras.callbacks.ModelCheckpoint(str(tmp_path / "best.keras"), save_best_only=True)
@@ -42,7 +42,7 @@ def test_a_backup_restores_weights_optimizer_random_state_and_best(small_cait, t
               callbacks=[backup, keras.callbacks.LambdaCallback(on_epoch_end=snapshot)])
     assert backup.step == 4
 
-    other = compiled(small_cait)
+    other = compiled(tiny_cait)
     other_checkpoint = keras.callbacks.ModelCheckpoint(str(tmp_path / "x.keras"))
     restored = ResumableBackup(tmp_path / "backup", checkpoints=[other_checkpoint])
     assert restored.restore(other) == 4
@@ -53,9 +53,9 @@ def test_a_backup_restores_weights_optimizer_random_state_and_best(small_cait, t
     assert other_checkpoint.best == 0.25
 
 
-def backed_up_then_changed(small_cait, directory):
+def backed_up_then_changed(tiny_cait, directory):
     """A model backed up at step 1, then changed at step 2: (model, its backup, weights at step 1)."""
-    model = compiled(small_cait)
+    model = compiled(tiny_cait)
     backup = ResumableBackup(directory, save_freq=1)
     backup.set_model(model)
     backup.step = 1
@@ -67,8 +67,8 @@ def backed_up_then_changed(small_cait, directory):
     return model, backup, first
 
 
-def test_a_kill_while_writing_a_backup_keeps_the_previous_one(small_cait, tmp_path, monkeypatch):
-    model, backup, first = backed_up_then_changed(small_cait, tmp_path)
+def test_a_kill_while_writing_a_backup_keeps_the_previous_one(tiny_cait, tmp_path, monkeypatch):
+    model, backup, first = backed_up_then_changed(tiny_cait, tmp_path)
 
     def killed(*args, **kwargs):
         raise KeyboardInterrupt  # the process dies in the middle of the write
@@ -101,10 +101,10 @@ def final_weights(output_dir):
     return [np.array(w) for w in model.weights]
 
 
-def test_a_finetune_killed_mid_epoch_resumes_to_the_same_weights(small_cait, digits, tmp_path):
+def test_a_finetune_killed_mid_epoch_resumes_to_the_same_weights(tiny_cait, digits, tmp_path):
     data_dir = digits(tmp_path / "digits", per_class=10)
     model_path = str(tmp_path / "pretrained.keras")
-    small_cait(classes=10, drop_path_rate=0.2).save(model_path)
+    tiny_cait(classes=10, drop_path_rate=0.2).save(model_path)
     uninterrupted, interrupted = str(tmp_path / "uninterrupted"), str(tmp_path / "interrupted")
 
     reference = finetune(model_path, data_dir, uninterrupted)
@@ -137,9 +137,9 @@ def test_a_finetune_killed_mid_epoch_resumes_to_the_same_weights(small_cait, dig
 # === A damaged backup, a changed plan, a run already done ===
 
 
-def two_backups(small_cait, directory):
+def two_backups(tiny_cait, directory):
     """Backups at steps 1 and 2 of a compiled model; returns (model, weights at step 1)."""
-    model, backup, first = backed_up_then_changed(small_cait, directory)
+    model, backup, first = backed_up_then_changed(tiny_cait, directory)
     backup.save()
     return model, first
 
@@ -149,8 +149,8 @@ def truncate(path):
         file.truncate(os.path.getsize(path) // 2)
 
 
-def test_each_save_keeps_the_backup_before_it_and_no_older(small_cait, tmp_path):
-    model = compiled(small_cait)
+def test_each_save_keeps_the_backup_before_it_and_no_older(tiny_cait, tmp_path):
+    model = compiled(tiny_cait)
     backup = ResumableBackup(tmp_path, save_freq=1)
     backup.set_model(model)
     for step in (1, 2, 3):
@@ -169,9 +169,9 @@ DAMAGES = {
 
 @pytest.mark.parametrize("damage", DAMAGES.values(), ids=DAMAGES.keys())
 def test_a_damaged_latest_backup_falls_back_to_the_previous_one_and_says_so(
-    small_cait, tmp_path, damage
+    tiny_cait, tmp_path, damage
 ):
-    model, first = two_backups(small_cait, tmp_path)
+    model, first = two_backups(tiny_cait, tmp_path)
     damage(tmp_path)
 
     with pytest.warns(UserWarning, match=r"Resuming from the backup step-1 \(step 1\) .*step-2"):
@@ -181,16 +181,16 @@ def test_a_damaged_latest_backup_falls_back_to_the_previous_one_and_says_so(
         np.testing.assert_array_equal(np.array(got), want)
 
 
-def test_an_unreadable_latest_json_resumes_from_the_newest_complete_folder(small_cait, tmp_path):
-    model, first = two_backups(small_cait, tmp_path)
+def test_an_unreadable_latest_json_resumes_from_the_newest_complete_folder(tiny_cait, tmp_path):
+    model, first = two_backups(tiny_cait, tmp_path)
     (tmp_path / "latest.json").write_text("not json")
 
     with pytest.warns(UserWarning, match=r"step-2 \(step 2\).*latest.json is unreadable"):
         assert ResumableBackup(tmp_path).restore(model) == 2
 
 
-def test_no_usable_backup_names_the_folder_and_how_to_start_over(small_cait, tmp_path):
-    model, _ = two_backups(small_cait, tmp_path)
+def test_no_usable_backup_names_the_folder_and_how_to_start_over(tiny_cait, tmp_path):
+    model, _ = two_backups(tiny_cait, tmp_path)
     truncate(tmp_path / "step-2" / "state.weights.h5")
     shutil.rmtree(tmp_path / "step-1")
 
@@ -200,8 +200,8 @@ def test_no_usable_backup_names_the_folder_and_how_to_start_over(small_cait, tmp
     assert f"rm -r {tmp_path}" in str(error.value)
 
 
-def test_a_changed_batch_size_is_refused(small_cait, tmp_path):
-    model = compiled(small_cait)
+def test_a_changed_batch_size_is_refused(tiny_cait, tmp_path):
+    model = compiled(tiny_cait)
     backup = ResumableBackup(tmp_path)
     backup.set_model(model)
     backup.plan = {"epochs": 3, "steps per epoch": 10, "global batch size": 64}
@@ -215,8 +215,8 @@ def test_a_changed_batch_size_is_refused(small_cait, tmp_path):
         rerun.restore(model)
 
 
-def test_fewer_epochs_than_the_backup_has_done_are_refused(small_cait, tmp_path):
-    model = compiled(small_cait)
+def test_fewer_epochs_than_the_backup_has_done_are_refused(tiny_cait, tmp_path):
+    model = compiled(tiny_cait)
     backup = ResumableBackup(tmp_path)
     backup.set_model(model)
     backup.plan = {"epochs": 10, "steps per epoch": 4}
@@ -230,8 +230,8 @@ def test_fewer_epochs_than_the_backup_has_done_are_refused(small_cait, tmp_path)
         fit(model, no_data, epochs=3, steps_per_epoch=4, backup=ResumableBackup(tmp_path))
 
 
-def test_a_run_whose_backup_is_at_its_end_finishes_without_training(small_cait, tmp_path):
-    model = compiled(small_cait)
+def test_a_run_whose_backup_is_at_its_end_finishes_without_training(tiny_cait, tmp_path):
+    model = compiled(tiny_cait)
     backup = ResumableBackup(tmp_path / "backup")
     backup.set_model(model)
     backup.plan = {"epochs": 2, "steps per epoch": 4}
