@@ -13,7 +13,7 @@ from tensorflow.core.protobuf import saved_model_pb2
 
 from keras_cait import export
 from keras_cait.cli import commands
-from keras_cait.export import export_saved_model
+from keras_cait.export import check_destination, export_saved_model
 from keras_cait.preprocessing import imagenet_classes, load_image
 from tests.export.helpers import (
     SIDE,
@@ -242,6 +242,20 @@ def test_the_path_must_end_in_a_version_number(model, tmp_path, path):
     with pytest.raises(ValueError, match="must be a positive integer"):
         export_saved_model(model, tmp_path / path)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("version", ["01", "001", "+1", "١"])
+def test_a_version_must_be_written_as_tf_serving_reads_it(tmp_path, version):
+    with pytest.raises(ValueError, match="positive integer without leading zeros") as error:
+        check_destination(tmp_path / "cait" / version)
+    if version.isascii() and version.isdigit():
+        assert repr(str(tmp_path / "cait" / "1")) in str(error.value)
+
+
+def test_a_version_that_tf_serving_reads_as_an_existing_one_is_refused(tmp_path):
+    (tmp_path / "cait" / "01").mkdir(parents=True)
+    with pytest.raises(FileExistsError, match=r"reads .*01' as the same version 1"):
+        check_destination(tmp_path / "cait" / "1", overwrite=True)
 
 
 def test_an_existing_version_is_refused_and_left_alone(model, tmp_path):
