@@ -382,3 +382,14 @@ def test_stale_downloads_of_dead_processes_are_removed(hub, keras_cache, timm_re
     assert cached_files(keras_cache) == sorted(
         [os.path.basename(alive), f"cait_xxs24_384.{TAG}.weights.h5"]
     )
+
+
+def test_official_pth_names_are_the_files_the_cait_authors_released():
+    from keras_cait.weights import registry
+
+    names = [registry.official_pth(arch).removeprefix("https://dl.fbaipublicfiles.com/deit/")
+             for arch in registry.CHECKPOINTS]
+    assert names == [  # /work/shared/reference/cait_weights.md, timm's default_cfgs
+        "XXS24_224.pth", "XXS24_384.pth", "XXS36_224.pth", "XXS36_384.pth", "XS24_384.pth",
+        "S24_224.pth", "S24_384.pth", "S36_384.pth", "M36_384.pth", "M48_448.pth",
+    ]
