@@ -18,10 +18,6 @@ __all__ = [
 ]
 
 
-def _shape_counts(shapes, skip):
-    return collections.Counter(shape for shape in shapes if not skip(shape))
-
-
 def _check_keras_weights_fit(model, path):
     """Keras matches .weights.h5 entries by layer order and skips extra ones silently;
     compare the tensor shapes first so that another variant's file is an error."""
