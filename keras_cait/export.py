@@ -127,30 +127,49 @@ def export_onnx(model, path, *, overwrite=False, opset_version=None):
     `classifier_activation=None`). Needs `pip install "keras-cait[onnx]"`.
 
     This is what Keras' `model.export(path, format="onnx")` does on the
-    TensorFlow backend (tf2onnx on the traced model), with two fixes that
-    export needs for CaiT: the mean and variance of Keras' `Normalization` are
-    eager tensors that the traced function captures, which tf2onnx would turn
-    into extra required graph inputs, so the function is frozen first; and
-    TensorFlow's exact GELU is `0.5·x·erfc(-x/√2)`, whose Erfc tf2onnx cannot
-    convert, so it is taught erfc(x) = 1 - erf(x).
+    TensorFlow backend (tf2onnx's public `from_function` on the traced model),
+    with two fixes that export needs for CaiT: the mean and variance of Keras'
+    `Normalization` are eager tensors that the traced function captures, which
+    tf2onnx would turn into extra required graph inputs, so the exported copy
+    of the model normalises with a `Rescaling` layer of the same constants
+    (`keras.models.clone_model`, sharing every weight); and TensorFlow's exact
+    GELU is `0.5·x·erfc(-x/√2)`, whose Erfc tf2onnx cannot convert, so it is
+    taught erfc(x) = 1 - erf(x).
     """
     _require_tensorflow_backend("export_onnx")
     _check_file(path, ".onnx", overwrite)
     import tf2onnx
-    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
     _register_erfc_for_tf2onnx()
+    exported = keras.models.clone_model(model, clone_function=_normalization_as_rescaling)
     spec = tf.TensorSpec(model.inputs[0].shape, tf.float32, name="images")
-    traced = tf.function(lambda images: model(images, training=False))
-    frozen = convert_variables_to_constants_v2(traced.get_concrete_function(spec))
     with written_atomically(path, overwrite) as temporary:
         tf2onnx.convert.from_function(
-            tf.function(lambda images: {"predictions": frozen(images)[0]}),
+            tf.function(lambda images: {"predictions": exported(images, training=False)}),
             input_signature=[spec],
             opset=opset_version,
             output_path=temporary,
         )
     return path
+
+
+def _normalization_as_rescaling(layer):
+    """`Normalization(mean, variance)` -> the same affine map as `Rescaling`; other layers as they are.
+
+    Rescaling keeps its constants as Python numbers, which the traced graph
+    holds as constants rather than as captured tensors.
+    """
+    if not isinstance(layer, keras.layers.Normalization):
+        return layer
+    config = layer.get_config()
+    if config.get("invert") or config.get("mean") is None:
+        return layer
+    std = np.sqrt(np.maximum(np.asarray(config["variance"], "float64"), 0.0))
+    std = np.maximum(std, keras.backend.epsilon())
+    mean = np.asarray(config["mean"], "float64")
+    return keras.layers.Rescaling(
+        scale=(1.0 / std).tolist(), offset=(-mean / std).tolist(), name=layer.name, dtype=layer.dtype_policy
+    )
 
 
 def export_litert(model, path, *, quantization=None, overwrite=False):
