@@ -14,10 +14,9 @@ global changes); `save_figure` writes one to a PNG.
     save_figure(saliency_figure(images, maps), "saliency.png")
 """
 
-import os
-import tempfile
-
 import numpy as np
+
+from keras_cait.atomic import written_atomically
 
 PANEL_INCHES = 1.6
 OVERLAY_ALPHA = 0.6
@@ -143,14 +142,6 @@ def saliency_figure(images, maps, samples=None, block=0, labels=None):
 
 def save_figure(figure, path, dpi=100):
     """Writes `figure` as a PNG to `path` through a temporary file, so never half-written."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    handle, partial = tempfile.mkstemp(prefix=".partial-", suffix=".png", dir=directory)
-    os.close(handle)
-    try:
+    with written_atomically(path) as partial:
         figure.savefig(partial, format="png", dpi=dpi)
-        os.replace(partial, path)
-    finally:
-        if os.path.exists(partial):
-            os.remove(partial)
     return path

@@ -83,9 +83,10 @@ def convert(args):
         raise SystemExit(f"keras-cait convert: --output {args.output!r} must end in .weights.h5.")
     with weights_errors("convert", args.checkpoint):
         model = cait(variant, weights=args.checkpoint, input_shape=(resolution, resolution, 3))
-    partial = args.output.removesuffix(".weights.h5") + ".partial.weights.h5"
-    model.save_weights(partial)
-    os.replace(partial, args.output)
+    from keras_cait.atomic import written_atomically
+
+    with written_atomically(args.output) as partial:
+        model.save_weights(partial)
     print(f"wrote {args.output} ({model.count_params():,} parameters)")
 
 

@@ -13,6 +13,7 @@ import os
 
 import keras
 
+from keras_cait.atomic import written_atomically
 from keras_cait.model import build_cait
 from keras_cait.training import augment, distribute, optimizer, resume, schedule, sources, stream, transfer
 from keras_cait.cli.errors import fail, load_keras_model, weights_errors
@@ -392,8 +393,8 @@ def finetune_run(args):
             _train(model, args, train, validation, distribution, args.head_epochs,
                    output_dir, "head", args.seed)
             model.optimizer = None
-            model.save_weights(head_weights[: -len(".weights.h5")] + ".partial.weights.h5")
-            os.replace(head_weights[: -len(".weights.h5")] + ".partial.weights.h5", head_weights)
+            with written_atomically(head_weights) as partial:
+                model.save_weights(partial)
     if args.epochs:
         print(f"Stage 2 of 2: the whole network, {args.epochs} epoch(s)", flush=True)
         transfer.set_backbone_trainable(model, True)

@@ -5,11 +5,14 @@ one as (encoded image bytes, class index); `keras_cait.training.stream` turns
 a source into training batches and evaluation batches.
 """
 
+import contextlib
 import dataclasses
 import os
 from collections.abc import Callable
 
 import tensorflow as tf
+
+from keras_cait.atomic import written_atomically
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 
@@ -91,17 +94,16 @@ def write_tfrecords(source, path_prefix, num_shards=1):
     ImageNet TFRecords. Shards are written to a temporary name and renamed.
     """
     paths = [f"{path_prefix}-{i:05d}-of-{num_shards:05d}.tfrecord" for i in range(num_shards)]
-    writers = [tf.io.TFRecordWriter(path + ".partial") for path in paths]
-    for index, (encoded, label) in enumerate(source.examples.map(source.load)):
-        feature = {
-            "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[encoded.numpy()])),
-            "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
-        }
-        record = tf.train.Example(features=tf.train.Features(feature=feature))
-        writers[index % num_shards].write(record.SerializeToString())
-    for writer, path in zip(writers, paths):
-        writer.close()
-        os.replace(path + ".partial", path)
+    with contextlib.ExitStack() as stack:
+        partials = [stack.enter_context(written_atomically(path)) for path in paths]
+        writers = [stack.enter_context(tf.io.TFRecordWriter(partial)) for partial in partials]
+        for index, (encoded, label) in enumerate(source.examples.map(source.load)):
+            feature = {
+                "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[encoded.numpy()])),
+                "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
+            }
+            record = tf.train.Example(features=tf.train.Features(feature=feature))
+            writers[index % num_shards].write(record.SerializeToString())
     return paths
 
 
