@@ -1,16 +1,96 @@
-"""MixupCutmix: DeiT/CaiT's batch mixing, mixup or cutmix chosen per batch, with soft labels."""
+"""MixupCutmix: DeiT/CaiT's batch mixing, mixup or cutmix chosen per batch, with soft labels.
+
+The mixing is pure functions of an `ops` namespace (`keras.ops` by default);
+the layer draws the random numbers and calls them. `keras_cait.training.stream`
+calls the same functions with TensorFlow ops inside tf.data, whatever the Keras
+backend. Built on the public `keras.layers.Layer` (Keras does not export the
+base of its image augmentation layers), which is why a call inside tf.data
+needs the TensorFlow backend; the training stream does not go through `call`.
+"""
 
 import keras
 
-# Keras does not export the base of its image augmentation layers; it is what
-# runs a layer with TensorFlow ops inside tf.data whatever the Keras backend.
-from keras.src.layers.preprocessing.image_preprocessing.base_image_preprocessing_layer import (  # noqa: E501
-    BaseImagePreprocessingLayer,
-)
+
+def cutmix_probability(mixup_alpha, cutmix_alpha, switch_prob):
+    """How often a batch gets cutmix rather than mixup."""
+    if not cutmix_alpha:
+        return 0.0
+    return switch_prob if mixup_alpha else 1.0
+
+
+def transformation_from_draws(
+    switch, mixup_lambda, cutmix_lambda, centre, height, width, mixup_alpha, cutmix_alpha, switch_prob,
+    ops=keras.ops,
+):
+    """Turns the random draws of one batch into its transformation.
+
+    Args:
+        switch: U(0, 1); cutmix when below `cutmix_probability`.
+        mixup_lambda: a Beta(α_m, α_m) draw (any value if mixup is off).
+        cutmix_lambda: a Beta(α_c, α_c) draw (any value if cutmix is off).
+        centre: two U(0, 1) draws, the box centre's row and column.
+        height, width: image size.
+        mixup_alpha, cutmix_alpha, switch_prob: the layer's arguments.
+        ops: `keras.ops`, or a namespace of the same functions on TensorFlow.
+
+    Returns:
+        dict of `use_cutmix` (bool), `box` (`[top, bottom, left, right]`
+        pixels, empty for mixup) and `lambda`, the weight of the unreversed
+        batch (for cutmix, the fraction of its pixels that remain).
+    """
+    height, width = ops.cast(height, "float32"), ops.cast(width, "float32")
+    use_cutmix = switch < cutmix_probability(mixup_alpha, cutmix_alpha, switch_prob)
+    if not mixup_alpha and not cutmix_alpha:
+        return {"use_cutmix": use_cutmix, "box": ops.zeros((4,)), "lambda": ops.ones(())}
+
+    cut = ops.sqrt(1.0 - ops.cast(cutmix_lambda, "float32"))
+    half_height = ops.floor(ops.floor(height * cut) / 2)
+    half_width = ops.floor(ops.floor(width * cut) / 2)
+    row, column = ops.floor(centre[0] * height), ops.floor(centre[1] * width)
+    box = ops.stack([
+        ops.clip(row - half_height, 0, height),
+        ops.clip(row + half_height, 0, height),
+        ops.clip(column - half_width, 0, width),
+        ops.clip(column + half_width, 0, width),
+    ])
+    pasted = (box[1] - box[0]) * (box[3] - box[2]) / (height * width)
+    box = ops.where(use_cutmix, box, ops.zeros((4,)))
+    lam = ops.where(use_cutmix, 1.0 - pasted, ops.cast(mixup_lambda, "float32"))
+    return {"use_cutmix": use_cutmix, "box": box, "lambda": lam}
+
+
+def mix_images(images, transformation, ops=keras.ops):
+    """`(B, H, W, C)` images mixed with themselves reversed, by the batch's transformation."""
+    reversed_images = ops.flip(images, axis=0)
+    shape = ops.shape(images)
+    rows = ops.arange(shape[1], dtype="float32")[:, None]
+    columns = ops.arange(shape[2], dtype="float32")[None, :]
+    top, bottom, left, right = (transformation["box"][i] for i in range(4))
+    inside = (rows >= top) & (rows < bottom) & (columns >= left) & (columns < right)
+    cutmixed = ops.where(inside[None, :, :, None], reversed_images, images)
+    lam = ops.cast(transformation["lambda"], images.dtype)
+    mixed = lam * images + (1.0 - lam) * reversed_images
+    return ops.where(transformation["use_cutmix"], cutmixed, mixed)
+
+
+def one_hot_labels(labels, num_classes, ops=keras.ops):
+    """Class indices `(B,)` or one-hot `(B, K)` -> float32 `(B, K)`."""
+    labels = ops.convert_to_tensor(labels)
+    if len(labels.shape) == 1:
+        labels = ops.one_hot(ops.cast(labels, "int32"), num_classes, dtype="float32")
+    return ops.cast(labels, "float32")
+
+
+def mix_labels(labels, transformation, num_classes, label_smoothing, ops=keras.ops):
+    """Smoothed labels mixed as the images were: λ s(y) + (1 - λ) s(ỹ)."""
+    labels = one_hot_labels(labels, num_classes, ops)
+    labels = labels * (1.0 - label_smoothing) + label_smoothing / num_classes
+    lam = transformation["lambda"]
+    return lam * labels + (1.0 - lam) * ops.flip(labels, axis=0)
 
 
 @keras.saving.register_keras_serializable(package="keras_cait")
-class MixupCutmix(BaseImagePreprocessingLayer):
+class MixupCutmix(keras.layers.Layer):
     """Mixes each batch with itself reversed, by mixup or by cutmix, and returns soft labels.
 
     Per batch, one λ and one choice, as timm's `Mixup(mode="batch")` that DeiT
@@ -51,8 +131,6 @@ class MixupCutmix(BaseImagePreprocessingLayer):
         ...     lambda x, y: tuple(mix({"images": x, "labels": y}).values()))
     """
 
-    _USE_BASE_FACTOR = False
-
     def __init__(
         self,
         num_classes,
@@ -83,97 +161,48 @@ class MixupCutmix(BaseImagePreprocessingLayer):
     @property
     def cutmix_probability(self):
         """How often a batch gets cutmix rather than mixup."""
-        if not self.cutmix_alpha:
-            return 0.0
-        return self.switch_prob if self.mixup_alpha else 1.0
+        return cutmix_probability(self.mixup_alpha, self.cutmix_alpha, self.switch_prob)
 
-    def get_random_transformation(self, data, training=True, seed=None):
+    def call(self, data, training=True):
+        transformation = self.get_random_transformation(data, training=training)
+        return {
+            "images": self.transform_images(data["images"], transformation, training=training),
+            "labels": self.transform_labels(data["labels"], transformation, training=training),
+        }
+
+    def get_random_transformation(self, data, training=True):
+        """Draws the mixing of one batch (see `transformation_from_draws`); None at inference."""
         if not training:
             return None
         images = data["images"] if isinstance(data, dict) else data
-        seed = seed or self._get_seed_generator(self.backend._backend)
-        random = self.backend.random
-        switch = random.uniform((), seed=seed)
+        random = keras.random
+        switch = random.uniform((), seed=self.generator)
         mixup_lambda = cutmix_lambda = 1.0
         if self.mixup_alpha:
-            mixup_lambda = random.beta((), self.mixup_alpha, self.mixup_alpha, seed=seed)
+            mixup_lambda = random.beta((), self.mixup_alpha, self.mixup_alpha, seed=self.generator)
         if self.cutmix_alpha:
-            cutmix_lambda = random.beta((), self.cutmix_alpha, self.cutmix_alpha, seed=seed)
-        centre = random.uniform((2,), seed=seed)
-        shape = self.backend.shape(images)
-        return self.transformation_from_draws(
-            switch, mixup_lambda, cutmix_lambda, centre, shape[1], shape[2]
-        )
+            cutmix_lambda = random.beta((), self.cutmix_alpha, self.cutmix_alpha, seed=self.generator)
+        centre = random.uniform((2,), seed=self.generator)
+        shape = keras.ops.shape(images)
+        return self.transformation_from_draws(switch, mixup_lambda, cutmix_lambda, centre, shape[1], shape[2])
 
     def transformation_from_draws(self, switch, mixup_lambda, cutmix_lambda, centre, height, width):
-        """Turns the random draws of one batch into its transformation.
-
-        Args:
-            switch: U(0, 1); cutmix when below `cutmix_probability`.
-            mixup_lambda: a Beta(α_m, α_m) draw (any value if mixup is off).
-            cutmix_lambda: a Beta(α_c, α_c) draw (any value if cutmix is off).
-            centre: two U(0, 1) draws, the box centre's row and column.
-            height, width: image size.
-
-        Returns:
-            dict of `use_cutmix` (bool), `box` (`[top, bottom, left, right]`
-            pixels, empty for mixup) and `lambda`, the weight of the unreversed
-            batch (for cutmix, the fraction of its pixels that remain).
-        """
-        xp = self.backend.numpy
-        cast = self.backend.cast
-        height, width = cast(height, "float32"), cast(width, "float32")
-        use_cutmix = switch < self.cutmix_probability
-        if not self.mixup_alpha and not self.cutmix_alpha:
-            return {"use_cutmix": use_cutmix, "box": xp.zeros((4,)), "lambda": xp.ones(())}
-
-        cut = xp.sqrt(1.0 - cast(cutmix_lambda, "float32"))
-        half_height = xp.floor(xp.floor(height * cut) / 2)
-        half_width = xp.floor(xp.floor(width * cut) / 2)
-        row, column = xp.floor(centre[0] * height), xp.floor(centre[1] * width)
-        box = xp.stack([
-            xp.clip(row - half_height, 0, height),
-            xp.clip(row + half_height, 0, height),
-            xp.clip(column - half_width, 0, width),
-            xp.clip(column + half_width, 0, width),
-        ])
-        pasted = (box[1] - box[0]) * (box[3] - box[2]) / (height * width)
-        box = xp.where(use_cutmix, box, xp.zeros((4,)))
-        lam = xp.where(use_cutmix, 1.0 - pasted, cast(mixup_lambda, "float32"))
-        return {"use_cutmix": use_cutmix, "box": box, "lambda": lam}
+        """`transformation_from_draws` with this layer's alphas and switch probability."""
+        return transformation_from_draws(
+            switch, mixup_lambda, cutmix_lambda, centre, height, width,
+            self.mixup_alpha, self.cutmix_alpha, self.switch_prob,
+        )
 
     def transform_images(self, images, transformation, training=True):
-        images = self.backend.cast(images, self.compute_dtype)
+        images = keras.ops.cast(images, self.compute_dtype)
         if not training or transformation is None:
             return images
-        xp = self.backend.numpy
-        reversed_images = xp.flip(images, axis=0)
-        shape = self.backend.shape(images)
-        rows = xp.arange(shape[1], dtype="float32")[:, None]
-        columns = xp.arange(shape[2], dtype="float32")[None, :]
-        top, bottom, left, right = (transformation["box"][i] for i in range(4))
-        inside = (rows >= top) & (rows < bottom) & (columns >= left) & (columns < right)
-        cutmixed = xp.where(inside[None, :, :, None], reversed_images, images)
-        lam = self.backend.cast(transformation["lambda"], self.compute_dtype)
-        mixed = lam * images + (1.0 - lam) * reversed_images
-        return xp.where(transformation["use_cutmix"], cutmixed, mixed)
+        return mix_images(images, transformation)
 
     def transform_labels(self, labels, transformation, training=True):
-        labels = self.backend.convert_to_tensor(labels)
-        if len(labels.shape) == 1:
-            labels = self.backend.nn.one_hot(
-                self.backend.cast(labels, "int32"), self.num_classes, dtype="float32"
-            )
-        labels = self.backend.cast(labels, "float32")
         if not training or transformation is None:
-            return labels
-        smoothing = self.label_smoothing
-        labels = labels * (1.0 - smoothing) + smoothing / self.num_classes
-        lam = transformation["lambda"]
-        return lam * labels + (1.0 - lam) * self.backend.numpy.flip(labels, axis=0)
-
-    def transform_bounding_boxes(self, bounding_boxes, transformation, training=True):
-        raise NotImplementedError("MixupCutmix mixes classification batches; it has no boxes.")
+            return one_hot_labels(labels, self.num_classes)
+        return mix_labels(labels, transformation, self.num_classes, self.label_smoothing)
 
     def compute_output_shape(self, input_shape):
         return input_shape

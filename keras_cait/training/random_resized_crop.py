@@ -1,20 +1,95 @@
-"""RandomResizedCrop: the Inception crop of DeiT/CaiT training, as a Keras preprocessing layer."""
+"""RandomResizedCrop: the Inception crop of DeiT/CaiT training, as a Keras layer.
+
+The box sampling and the crop are pure functions of an `ops` namespace
+(`keras.ops` by default); the layer draws the random numbers and calls them.
+`keras_cait.training.stream` calls the same functions with TensorFlow ops
+inside tf.data, whatever the Keras backend. Built on the public
+`keras.layers.Layer` (Keras does not export the base of its image
+augmentation layers), which is why a call inside tf.data needs the TensorFlow
+backend; the training stream does not go through `call`.
+"""
 
 import math
 
 import keras
 
-# Keras does not export the base of its image augmentation layers; it is what
-# runs a layer with TensorFlow ops inside tf.data whatever the Keras backend.
-from keras.src.layers.preprocessing.image_preprocessing.base_image_preprocessing_layer import (  # noqa: E501
-    BaseImagePreprocessingLayer,
-)
-
 ATTEMPTS = 10  # boxes tried before falling back to a central crop (torchvision, timm)
 
 
+def crop_boxes(uniforms, image_height, image_width, scale, ratio, ops=keras.ops):
+    """Turns uniform draws into crop boxes (torchvision's `RandomResizedCrop.get_params`).
+
+    Args:
+        uniforms: `(batch, 10, 4)` values in [0, 1): per attempt the area,
+            the log aspect ratio, the row and the column of the box.
+        image_height, image_width: size of the images.
+        scale, ratio: ranges of the box area (fraction of the image) and aspect.
+        ops: `keras.ops`, or a namespace of the same functions on TensorFlow.
+
+    Returns:
+        `(batch, 4)` float boxes `[top, left, height, width]` in pixels.
+    """
+    image_height = ops.cast(image_height, "float32")
+    image_width = ops.cast(image_width, "float32")
+    log_low, log_high = math.log(ratio[0]), math.log(ratio[1])
+
+    area = image_height * image_width * (scale[0] + uniforms[..., 0] * (scale[1] - scale[0]))
+    aspect = ops.exp(log_low + uniforms[..., 1] * (log_high - log_low))
+    width = ops.round(ops.sqrt(area * aspect))
+    height = ops.round(ops.sqrt(area / aspect))
+    fits = (width > 0) & (height > 0) & (width <= image_width) & (height <= image_height)
+    # Like randint(0, H - h): every position with the box inside the image.
+    top = ops.floor(uniforms[..., 2] * (image_height - height + 1))
+    left = ops.floor(uniforms[..., 3] * (image_width - width + 1))
+    attempts = ops.stack([top, left, height, width], axis=-1)
+    first_fit = ops.argmax(ops.cast(fits, "int32"), axis=1)
+    chosen = ops.take_along_axis(attempts, first_fit[:, None, None], axis=1)[:, 0]
+
+    fallback = central_box(image_height, image_width, ratio, ops)
+    any_fit = ops.any(fits, axis=1)[:, None]
+    return ops.where(any_fit, chosen, fallback[None, :])
+
+
+def central_box(image_height, image_width, ratio, ops=keras.ops):
+    """The largest central box `[top, left, height, width]` with its aspect ratio clamped into `ratio`."""
+    image_height = ops.cast(image_height, "float32")
+    image_width = ops.cast(image_width, "float32")
+    aspect = ops.clip(image_width / image_height, ratio[0], ratio[1])
+    width = ops.minimum(image_width, ops.round(image_height * aspect))
+    height = ops.minimum(image_height, ops.round(width / aspect))
+    top = ops.floor((image_height - height) / 2)
+    left = ops.floor((image_width - width) / 2)
+    return ops.stack([top, left, height, width])
+
+
+def crop_one(images, box, height, width, interpolation="bicubic", antialias=True, ops=keras.ops):
+    """`(1, H, W, C)` images of any size: slice the box, then resize it to height × width."""
+    top, left, box_height, box_width = (ops.cast(box[i], "int32") for i in range(4))
+    crop = images[:, top:top + box_height, left:left + box_width, :]
+    return ops.image.resize(crop, (height, width), interpolation=interpolation, antialias=antialias)
+
+
+def crop_batch(images, boxes, height, width, interpolation="bicubic", antialias=True):
+    """`(B, H, W, C)` images with static shapes: resample each box directly (keras.ops)."""
+    ops = keras.ops
+
+    def crop_and_scale(image, box):
+        scale = ops.stack([height / box[2], width / box[3]])
+        return ops.image.scale_and_translate(
+            image,
+            (height, width, image.shape[-1]),
+            scale,
+            -box[:2] * scale,
+            spatial_dims=(0, 1),
+            method="cubic" if interpolation == "bicubic" else interpolation,
+            antialias=antialias,
+        )
+
+    return ops.vectorized_map(lambda args: crop_and_scale(*args), (images, boxes))
+
+
 @keras.saving.register_keras_serializable(package="keras_cait")
-class RandomResizedCrop(BaseImagePreprocessingLayer):
+class RandomResizedCrop(keras.layers.Layer):
     """Crops a random box of random area and aspect ratio, and resizes it.
 
     For an image of H×W pixels, up to 10 boxes are drawn with
@@ -51,8 +126,6 @@ class RandomResizedCrop(BaseImagePreprocessingLayer):
         >>> dataset = dataset.map(lambda image, label: (crop(image), label))
     """
 
-    _USE_BASE_FACTOR = False
-
     def __init__(
         self,
         height,
@@ -62,9 +135,11 @@ class RandomResizedCrop(BaseImagePreprocessingLayer):
         interpolation="bicubic",
         antialias=True,
         seed=None,
+        data_format=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.data_format = data_format or keras.config.image_data_format()
         if self.data_format != "channels_last":
             raise ValueError(
                 f"RandomResizedCrop: data_format={self.data_format!r} is not supported; "
@@ -83,112 +158,34 @@ class RandomResizedCrop(BaseImagePreprocessingLayer):
         self.seed = seed
         self.generator = keras.random.SeedGenerator(seed)
 
-    def get_random_transformation(self, data, training=True, seed=None):
-        images = data["images"] if isinstance(data, dict) else data
-        shape = self.backend.shape(images)
-        batch = 1 if len(shape) == 3 else shape[0]
-        if not training:
-            return None
-        uniforms = self.backend.random.uniform(
-            (batch, ATTEMPTS, 4), seed=seed or self._get_seed_generator(self.backend._backend)
-        )
-        return {"boxes": self.crop_boxes(uniforms, shape[-3], shape[-2])}
+    def call(self, images, training=True):
+        images = keras.ops.convert_to_tensor(images, self.compute_dtype)
+        unbatched = len(images.shape) == 3
+        if unbatched:
+            images = images[None]
+        transformation = None
+        if training:
+            batch, image_height, image_width = keras.ops.shape(images)[:3]
+            uniforms = keras.random.uniform((batch, ATTEMPTS, 4), seed=self.generator)
+            transformation = {"boxes": self.crop_boxes(uniforms, image_height, image_width)}
+        images = self.transform_images(images, transformation, training=training)
+        return images[0] if unbatched else images
 
     def crop_boxes(self, uniforms, image_height, image_width):
-        """Turns uniform draws into crop boxes.
-
-        Args:
-            uniforms: `(batch, 10, 4)` values in [0, 1): per attempt the area,
-                the log aspect ratio, the row and the column of the box.
-            image_height, image_width: size of the images.
-
-        Returns:
-            `(batch, 4)` float boxes `[top, left, height, width]` in pixels.
-        """
-        xp = self.backend.numpy
-        image_height = self.backend.cast(image_height, "float32")
-        image_width = self.backend.cast(image_width, "float32")
-        log_low, log_high = math.log(self.ratio[0]), math.log(self.ratio[1])
-
-        area = image_height * image_width * (
-            self.scale[0] + uniforms[..., 0] * (self.scale[1] - self.scale[0])
-        )
-        aspect = xp.exp(log_low + uniforms[..., 1] * (log_high - log_low))
-        width = xp.round(xp.sqrt(area * aspect))
-        height = xp.round(xp.sqrt(area / aspect))
-        fits = (width > 0) & (height > 0) & (width <= image_width) & (height <= image_height)
-        # Like randint(0, H - h): every position with the box inside the image.
-        top = xp.floor(uniforms[..., 2] * (image_height - height + 1))
-        left = xp.floor(uniforms[..., 3] * (image_width - width + 1))
-        attempts = xp.stack([top, left, height, width], axis=-1)
-        first_fit = xp.argmax(self.backend.cast(fits, "int32"), axis=1)
-        chosen = xp.take_along_axis(attempts, first_fit[:, None, None], axis=1)[:, 0]
-
-        fallback = self._central_box(image_height, image_width, self.ratio)
-        any_fit = xp.any(fits, axis=1)[:, None]
-        return xp.where(any_fit, chosen, fallback[None, :])
-
-    def _central_box(self, image_height, image_width, ratio):
-        """The largest central box whose aspect ratio is clamped into `ratio`."""
-        xp = self.backend.numpy
-        aspect = xp.clip(image_width / image_height, ratio[0], ratio[1])
-        width = xp.minimum(image_width, xp.round(image_height * aspect))
-        height = xp.minimum(image_height, xp.round(width / aspect))
-        top = xp.floor((image_height - height) / 2)
-        left = xp.floor((image_width - width) / 2)
-        return xp.stack([top, left, height, width])
+        """`crop_boxes` with this layer's scale and ratio."""
+        return crop_boxes(uniforms, image_height, image_width, self.scale, self.ratio)
 
     def transform_images(self, images, transformation, training=True):
-        images = self.backend.cast(images, self.compute_dtype)
-        shape = self.backend.shape(images)
+        """Crops `(B, H, W, C)` images at `transformation["boxes"]` (training) or centrally."""
+        images = keras.ops.cast(images, self.compute_dtype)
         if training:
             boxes = transformation["boxes"]
         else:
-            aspect = (self.width / self.height,) * 2
-            boxes = self._central_box(
-                self.backend.cast(shape[1], "float32"),
-                self.backend.cast(shape[2], "float32"),
-                aspect,
-            )[None, :]
+            shape = keras.ops.shape(images)
+            boxes = central_box(shape[1], shape[2], (self.width / self.height,) * 2)[None, :]
         if images.shape[0] == 1:
-            return self._crop_one(images, boxes[0])
-        return self.backend.core.vectorized_map(
-            lambda args: self._crop_and_scale(*args), (images, boxes)
-        )
-
-    def _crop_one(self, images, box):
-        """A single image of any size: slice the box, then resize it (cheap)."""
-        top, left, height, width = (self.backend.cast(v, "int32") for v in
-                                    (box[0], box[1], box[2], box[3]))
-        crop = images[:, top:top + height, left:left + width, :]
-        return self.backend.image.resize(
-            crop,
-            (self.height, self.width),
-            interpolation=self.interpolation,
-            antialias=self.antialias,
-        )
-
-    def _crop_and_scale(self, image, box):
-        """One image of a batch with static shapes: resample the box directly."""
-        scale = self.backend.numpy.stack([self.height / box[2], self.width / box[3]])
-        translation = -box[:2] * scale
-        return self.backend.image.scale_and_translate(
-            image,
-            (self.height, self.width, image.shape[-1]),
-            scale,
-            translation,
-            spatial_dims=(0, 1),
-            method="cubic" if self.interpolation == "bicubic" else self.interpolation,
-            antialias=self.antialias,
-        )
-
-    def transform_labels(self, labels, transformation, training=True):
-        return labels
-
-    def transform_bounding_boxes(self, bounding_boxes, transformation, training=True):
-        raise NotImplementedError(
-            "RandomResizedCrop does not move bounding boxes; it is a classification augmentation."
-        )
+            return crop_one(images, boxes[0], self.height, self.width, self.interpolation, self.antialias)
+        return crop_batch(images, boxes, self.height, self.width, self.interpolation, self.antialias)
 
     def compute_output_shape(self, input_shape):
         return (*input_shape[:-3], self.height, self.width, input_shape[-1])
@@ -203,4 +200,5 @@ class RandomResizedCrop(BaseImagePreprocessingLayer):
             "interpolation": self.interpolation,
             "antialias": self.antialias,
             "seed": self.seed,
+            "data_format": self.data_format,
         }

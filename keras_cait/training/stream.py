@@ -8,16 +8,53 @@ lets a killed run resume bit for bit. `evaluation_dataset` applies the
 reference's evaluation transform (`keras_cait.evaluation_transform`).
 """
 
-import contextlib
 import math
 
 import tensorflow as tf
+import tensorflow.experimental.numpy as tnp
 
 from keras_cait.evaluation_transform import decode_image, evaluation_transform
-from keras_cait.training import augment
+from keras_cait.training import augment, mixup_cutmix, random_resized_crop
 from keras_cait.training.random_resized_crop import ATTEMPTS
 
 AUTOTUNE = tf.data.AUTOTUNE
+
+
+class _TensorFlowOps:
+    """The `keras.ops` functions that the augmentation functions use, on TensorFlow tensors.
+
+    tf.data runs TensorFlow ops whatever the Keras backend, so the training
+    stream hands `random_resized_crop` and `mixup_cutmix` these instead of
+    `keras.ops` (the same names and arguments).
+    """
+
+    any = staticmethod(lambda x, axis=None: tf.reduce_any(x, axis=axis))
+    arange = staticmethod(lambda stop, dtype="int32": tf.range(tf.cast(stop, dtype), dtype=dtype))
+    argmax = staticmethod(lambda x, axis=None: tf.argmax(x, axis=axis, output_type=tf.int32))
+    cast = staticmethod(tf.cast)
+    clip = staticmethod(lambda x, low, high: tf.clip_by_value(x, tf.cast(low, x.dtype), tf.cast(high, x.dtype)))
+    convert_to_tensor = staticmethod(tf.convert_to_tensor)
+    exp = staticmethod(tf.exp)
+    flip = staticmethod(lambda x, axis: tf.reverse(x, [axis]))
+    floor = staticmethod(tf.floor)
+    minimum = staticmethod(tf.minimum)
+    one_hot = staticmethod(lambda x, num_classes, dtype="float32": tf.one_hot(x, num_classes, dtype=dtype))
+    ones = staticmethod(tf.ones)
+    round = staticmethod(tf.round)
+    shape = staticmethod(tf.shape)
+    sqrt = staticmethod(tf.sqrt)
+    stack = staticmethod(lambda values, axis=0: tf.stack(values, axis=axis))
+    take_along_axis = staticmethod(tnp.take_along_axis)
+    where = staticmethod(tf.where)
+    zeros = staticmethod(tf.zeros)
+
+    class image:  # noqa: N801 (keras.ops.image's name)
+        @staticmethod
+        def resize(images, size, interpolation="bilinear", antialias=False):
+            return tf.image.resize(images, size, method=interpolation, antialias=antialias)
+
+
+TF_OPS = _TensorFlowOps()
 
 
 def evaluation_dataset(source, image_size, batch_size, crop_pct=1.0, one_hot=False, cache=False):
@@ -40,17 +77,6 @@ def evaluation_dataset(source, image_size, batch_size, crop_pct=1.0, one_hot=Fal
     if cache:
         dataset = dataset.cache()
     return dataset.batch(batch_size).prefetch(AUTOTUNE)
-
-
-@contextlib.contextmanager
-def _tensorflow_ops(layer):
-    """Lets a Keras preprocessing layer's methods run on TF tensors under any Keras backend,
-    as the layer's own `__call__` does inside tf.data."""
-    layer.backend.set_backend("tensorflow")
-    try:
-        yield
-    finally:
-        layer.backend.reset()
 
 
 def _block_shuffle(examples, buffer, key):
@@ -149,10 +175,12 @@ def training_stream(
         )
         image = decode_image(encoded)
         uniforms = tf.random.stateless_uniform((1, ATTEMPTS, 4), keys[0])
-        with _tensorflow_ops(crop):
-            shape = tf.shape(image)
-            boxes = crop.crop_boxes(uniforms, shape[0], shape[1])
-            image = crop.transform_images(image[None], {"boxes": boxes})[0]
+        shape = tf.shape(image)
+        boxes = random_resized_crop.crop_boxes(uniforms, shape[0], shape[1], crop.scale, crop.ratio, TF_OPS)
+        image = random_resized_crop.crop_one(
+            tf.cast(image, tf.float32)[None], boxes[0], crop.height, crop.width,
+            crop.interpolation, crop.antialias, TF_OPS,
+        )[0]
         image = tf.clip_by_value(tf.round(image), 0.0, 255.0)
         if augmentation.horizontal_flip:
             image = tf.image.stateless_random_flip_left_right(image, keys[1])
@@ -174,17 +202,20 @@ def training_stream(
 
         centre = tf.random.stateless_uniform((2,), keys[3])
         shape = tf.shape(images)
-        with _tensorflow_ops(mix):
-            transformation = mix.transformation_from_draws(
-                switch,
-                beta(augmentation.mixup_alpha, keys[1]),
-                beta(augmentation.cutmix_alpha, keys[2]),
-                centre,
-                shape[1],
-                shape[2],
-            )
-            images = mix.transform_images(images, transformation)
-            labels = mix.transform_labels(labels, transformation)
+        transformation = mixup_cutmix.transformation_from_draws(
+            switch,
+            beta(augmentation.mixup_alpha, keys[1]),
+            beta(augmentation.cutmix_alpha, keys[2]),
+            centre,
+            shape[1],
+            shape[2],
+            mix.mixup_alpha,
+            mix.cutmix_alpha,
+            mix.switch_prob,
+            TF_OPS,
+        )
+        images = mixup_cutmix.mix_images(images, transformation, TF_OPS)
+        labels = mixup_cutmix.mix_labels(labels, transformation, mix.num_classes, mix.label_smoothing, TF_OPS)
         return images, labels
 
     def one_epoch(epoch_index):
