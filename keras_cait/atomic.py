@@ -19,6 +19,10 @@ import time
 # A leftover whose writer's pid is alive (or reused) is removed once untouched for this long.
 STALE_AFTER_SECONDS = 24 * 3600
 _PARTIAL = re.compile(r"^\..+\.partial-(?P<pid>\d+)-")
+# Names of keras_cait before they carried the pid: only their age tells they are stale.
+_UNDATED_PARTIAL = re.compile(
+    r"^\..+(\.partial-[a-z0-9_]{8}|\.[a-z0-9_]{8}\.part\.(safetensors|weights\.h5))$"
+)
 _PREVIOUS = ".previous"
 
 
@@ -28,6 +32,8 @@ def partial_prefix(name):
 
 
 def _writer_is_gone(path, pid):
+    if pid is None:
+        return time.time() - os.lstat(path).st_mtime > STALE_AFTER_SECONDS
     if pid == os.getpid():
         return False
     try:
@@ -53,9 +59,10 @@ def remove_stale_partials(parent):
     removed = []
     for entry in entries:
         match = _PARTIAL.match(entry)
+        undated = not match and _UNDATED_PARTIAL.match(entry)
         path = os.path.join(parent, entry)
         try:
-            if not match or not _writer_is_gone(path, int(match["pid"])):
+            if not (match or undated) or not _writer_is_gone(path, match and int(match["pid"])):
                 continue
         except FileNotFoundError:  # another process cleaned it meanwhile
             continue

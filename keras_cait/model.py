@@ -249,8 +249,8 @@ def check_images(images, input_shape, model_name):
             1: "convert grayscale to RGB, e.g. np.repeat(images, 3, axis=-1)",
             4: "drop the alpha channel: images[..., :3]",
         }.get(shape[3] if channels == 3 else None, (
-            f"or build the model with input_shape=({height}, {width}, {shape[3]}) and "
-            "include_preprocessing=False"
+            f"give {channels}-channel images, or build the model with input_shape=({height}, "
+            f"{width}, {shape[3]}) and include_preprocessing=False"
         ))
         raise ValueError(f"images of shape {shape}: {takes}, {channels} channels; {fix}.")
     if shape[1] not in (None, height) or shape[2] not in (None, width):

@@ -89,15 +89,19 @@ def test_leftovers_of_dead_or_long_silent_writers_are_removed(tmp_path):
         write_version(str(tmp_path / name / name.split(".")[1]), "half")
     file = f".model.partial-{dead_pid()}-xyz.safetensors"
     (tmp_path / file).write_bytes(b"half a download")
-    unrelated = ".hidden-but-not-ours"
-    (tmp_path / unrelated).mkdir()
+    unrelated = [".hidden-but-not-ours", ".config.settings"]
+    undated = [".5.partial-k2j4h6g8", ".cait_s24_224.ab12cd34.part.safetensors"]  # older names
+    fresh_undated = ".6.partial-m3n5b7v9"
+    for name in unrelated + undated + [fresh_undated]:
+        (tmp_path / name).mkdir()
     two_days_ago = time.time() - 2 * 24 * 3600
-    os.utime(tmp_path / silent, (two_days_ago, two_days_ago))
+    for name in [silent, *unrelated, *undated]:
+        os.utime(tmp_path / name, (two_days_ago, two_days_ago))
 
     with atomic.written_atomically(str(tmp_path / "4")) as temporary:
         write_version(temporary, "new")
 
-    assert sorted(os.listdir(tmp_path)) == sorted([running, unrelated, "4"])
+    assert sorted(os.listdir(tmp_path)) == sorted([running, *unrelated, fresh_undated, "4"])
 
 
 @pytest.mark.parametrize("overwrite", [True, False])

@@ -206,3 +206,14 @@ def test_weights_given_as_bytes_are_refused_with_the_fix(offline, tiny_checkpoin
     with pytest.raises(TypeError, match=r"is bytes: must be 'imagenet', None, or the path .* write "
                                         r"it to a file and pass its path"):
         keras_cait.CaiT_XXS24(weights=tiny_checkpoint.read_bytes(), input_shape=(32, 32, 3))
+
+
+def test_images_with_other_channels_than_a_non_rgb_model_are_refused(tiny_cait):
+    import numpy as np
+
+    model = tiny_cait(input_shape=(32, 32, 2), include_preprocessing=False)
+
+    with pytest.raises(ValueError, match=r"images of shape \(1, 32, 32, 3\): .* 2 channels; give "
+                                         r"2-channel images, or build the model with "
+                                         r"input_shape=\(32, 32, 3\) and include_preprocessing=False"):
+        model.predict(np.zeros((1, 32, 32, 3)), verbose=0)

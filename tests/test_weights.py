@@ -70,7 +70,7 @@ class Hub:
         X-Linked-Size), and the redirect's target, another path, sends `cdn_body` (default
         `body`) with a Content-Length only."""
         cdn_path = f"/cdn/{arch}/{sha256(body)}"
-        self.redirects[self.path(arch)] = (cdn_path, hub_headers)
+        self.redirects[self.path(arch)] = (self.url + cdn_path, hub_headers)
         self.files[cdn_path] = (body if cdn_body is None else cdn_body, {})
 
     def close(self):
@@ -393,3 +393,16 @@ def test_official_pth_names_are_the_files_the_cait_authors_released():
         "XXS24_224.pth", "XXS24_384.pth", "XXS36_224.pth", "XXS36_384.pth", "XS24_384.pth",
         "S24_224.pth", "S24_384.pth", "S36_384.pth", "M36_384.pth", "M48_448.pth",
     ]
+
+
+def test_a_relative_redirect_within_the_hub_is_followed_for_the_hash(hub, keras_cache, timm_reference):
+    body = timm_reference.save(timm_reference.model("cait_xxs24_384")).read_bytes()
+    hub.serve_via_cdn("cait_xxs24_384", body, hub_headers(body))
+    renamed = "/timm/renamed/resolve/main/model.safetensors"
+    hub.redirects[renamed] = hub.redirects.pop(Hub.path("cait_xxs24_384"))
+    hub.redirects[Hub.path("cait_xxs24_384")] = (renamed, {})  # no hash on this one
+
+    keras_cait.CaiT_XXS24(weights="imagenet", input_shape=(384, 384, 3))
+
+    assert hub.requests[:2] == [Hub.path("cait_xxs24_384"), renamed]
+    assert cached_files(keras_cache) == [f"cait_xxs24_384.{TAG}.weights.h5"]

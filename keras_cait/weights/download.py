@@ -27,6 +27,7 @@ from keras_cait.weights import registry
 from keras_cait.weights.convert import load_state_dict, read_checkpoint
 
 _CHUNK = 1 << 20
+_MAX_REDIRECTS = 5
 
 
 def cache_dir():
@@ -43,22 +44,30 @@ class _KeepRedirects(urllib.request.HTTPRedirectHandler):
 
 
 def _first_response(url):
-    """(the response with the body, the headers of the server's first response).
+    """(the response with the body, the headers of the hub's own response).
 
     huggingface.co answers `resolve/main/model.safetensors` with a 302 whose
     `X-Linked-Etag` / `X-Linked-Size` are the file's sha256 and size; the body
-    then comes from a CDN whose response need not carry either. So the redirect
-    is not followed blindly: its headers are kept, then its Location is opened.
+    then comes from a CDN whose response need not carry either. So redirects
+    are not followed blindly: relative ones stay on the hub (a renamed
+    repository) and are followed; the headers of the one to another host are
+    kept, as huggingface_hub does.
     """
-    try:
-        response = urllib.request.build_opener(_KeepRedirects).open(url, timeout=60)
-        return response, response.headers
-    except urllib.error.HTTPError as error:
-        if error.code not in (301, 302, 303, 307, 308) or "Location" not in error.headers:
-            raise
-        headers = error.headers
-        error.close()
-    return urllib.request.urlopen(urllib.parse.urljoin(url, headers["Location"]), timeout=60), headers
+    opener = urllib.request.build_opener(_KeepRedirects)
+    for _ in range(_MAX_REDIRECTS):
+        try:
+            response = opener.open(url, timeout=60)
+            return response, response.headers
+        except urllib.error.HTTPError as error:
+            if error.code not in (301, 302, 303, 307, 308) or "Location" not in error.headers:
+                raise
+            headers = error.headers
+            error.close()
+        location = headers["Location"]
+        if urllib.parse.urlsplit(location).netloc:  # to another host: the CDN
+            return urllib.request.urlopen(location, timeout=60), headers
+        url = urllib.parse.urljoin(url, location)
+    raise ConnectionError(f"More than {_MAX_REDIRECTS} redirects within the hub from {url}.")
 
 
 def _expected_digest(arch, url, headers):

@@ -82,14 +82,14 @@ def test_a_kill_while_writing_a_backup_keeps_the_previous_one(tiny_cait, tmp_pat
         np.testing.assert_array_equal(np.array(got), want)
 
 
-def finetune(model_path, data_dir, output_dir):
+def finetune(model_path, data_dir, output_dir, *changes):
     command = [
         sys.executable, os.path.join(REPOSITORY, "scripts", "finetune.py"),
         "--model", model_path, "--data", data_dir, "--output-dir", output_dir,
         "--image-size", "32", "--batch-size", "8", "--precision", "float32",
         "--head-epochs", "0", "--epochs", "2", "--lr", "3e-4", "--backup-every", "2",
         "--mixup", "0.8", "--cutmix", "1.0", "--model-ema", "--model-ema-decay", "0.9",
-        "--deterministic", "--seed", "3", "--verbose", "0",
+        "--deterministic", "--seed", "3", "--verbose", "0", *changes,
     ]
     env = {**os.environ, "PYTHONPATH": REPOSITORY, "TF_CPP_MIN_LOG_LEVEL": "3"}
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -251,3 +251,23 @@ def test_a_run_whose_backup_is_at_its_end_finishes_without_training(tiny_cait, t
     assert not os.path.exists(tmp_path / "backup")
     for got, want in zip(model.weights, saved):
         np.testing.assert_array_equal(np.array(got), want)
+
+
+def test_a_rerun_with_another_batch_size_is_refused_naming_it(tiny_cait, digits, tmp_path):
+    data_dir = digits(tmp_path / "digits", per_class=10)
+    model_path = str(tmp_path / "pretrained.keras")
+    model = tiny_cait(classes=10)
+    model.save(model_path)
+    backup = ResumableBackup(tmp_path / "run" / "backup" / "full")
+    backup.set_model(model)
+    backup.plan = {"epochs": 2, "steps per epoch": STEPS_PER_EPOCH, "global batch size": 8}
+    backup.step = 3
+    backup.save()
+
+    rerun = finetune(model_path, data_dir, str(tmp_path / "run"), "--batch-size", "4")
+    output, _ = rerun.communicate(timeout=300)
+
+    assert rerun.returncode != 0
+    assert (f"another plan (steps per epoch {STEPS_PER_EPOCH} then, {90 // 4} now; "
+            "global batch size 8 then, 4 now)") in output
+    assert json.loads((tmp_path / "run" / "backup" / "full" / "latest.json").read_text())["step"] == 3
