@@ -21,6 +21,7 @@ from keras_cait.layers import (
     StochasticDepth,
     TalkingHeadsAttention,
 )
+from keras_cait.layers.initializers import linear_kernel
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -94,9 +95,15 @@ class _ResidualBlock(keras.layers.Layer):
         self.mlp_norm = norm("mlp_norm")
         # activation="gelu" is keras.activations.gelu: the exact (erf) form.
         self.mlp_dense_1 = keras.layers.Dense(
-            int(channels * self.mlp_ratio), activation="gelu", name="mlp_dense_1", dtype=policy
+            int(channels * self.mlp_ratio),
+            activation="gelu",
+            kernel_initializer=linear_kernel(),
+            name="mlp_dense_1",
+            dtype=policy,
         )
-        self.mlp_dense_2 = keras.layers.Dense(channels, name="mlp_dense_2", dtype=policy)
+        self.mlp_dense_2 = keras.layers.Dense(
+            channels, kernel_initializer=linear_kernel(), name="mlp_dense_2", dtype=policy
+        )
         self.mlp_layer_scale = LayerScale(
             self.init_values, name="mlp_layer_scale", dtype=stream_policy
         )
@@ -327,7 +334,11 @@ def build_cait(
 
     if include_top:
         outputs = keras.layers.Dense(
-            classes, activation=classifier_activation, name="predictions", dtype=head_dtype
+            classes,
+            activation=classifier_activation,
+            kernel_initializer=linear_kernel(),
+            name="predictions",
+            dtype=head_dtype,
         )(features)
     else:
         outputs = features
