@@ -1,6 +1,14 @@
-"""keras_cait: CaiT ("Going deeper with Image Transformers") for Keras 3."""
+"""keras_cait: CaiT ("Going deeper with Image Transformers") for Keras 3.
 
-from keras_cait import layers, training
+`import keras_cait` loads what inference needs: the layers, the model, the
+variants and their weights, preprocessing and attention maps. The training
+recipe (`keras_cait.training`) and the exporters (`keras_cait.export_*`) are
+TensorFlow modules (tf.data, SavedModel) and load on first use.
+"""
+
+import importlib
+
+from keras_cait import layers
 from keras_cait.attention import AttentionMaps, attention_maps
 from keras_cait.preprocessing import decode_predictions, preprocess_input
 from keras_cait.variants import (
@@ -23,9 +31,9 @@ _EXPORTERS = ("export_saved_model", "export_onnx", "export_litert")
 
 
 def __getattr__(name):
-    # The exporters import TensorFlow, which a JAX or PyTorch user need not load.
+    # Training and export import TensorFlow, which a JAX or PyTorch user need not load.
     if name in _EXPORTERS:
-        from keras_cait import export
-
-        return getattr(export, name)
+        return getattr(importlib.import_module("keras_cait.export"), name)
+    if name == "training":
+        return importlib.import_module("keras_cait.training")
     raise AttributeError(f"module 'keras_cait' has no attribute {name!r}")

@@ -1,37 +1,132 @@
-"""Writing files and folders so that a failure never leaves half of one behind."""
+"""Writing files and folders so that a failure never leaves half of one behind.
+
+Work in progress lives beside its destination under a hidden name that records
+the writer's process id, `.<name>.partial-<pid>-<random><suffix>`; it is not a
+number, so TF Serving, which watches a model base path, never loads it. The
+next writer in the same folder removes what dead processes left behind.
+"""
 
 import contextlib
+import ctypes
+import errno
 import os
+import re
 import shutil
+import sys
 import tempfile
+import time
+
+# A leftover whose writer's pid is alive (or reused) is removed once untouched for this long.
+STALE_AFTER_SECONDS = 24 * 3600
+_PARTIAL = re.compile(r"^\..+\.partial-(?P<pid>\d+)-")
+_PREVIOUS = ".previous"
+
+
+def partial_prefix(name):
+    """The start of the hidden name of work in progress for `name` by this process."""
+    return f".{name}.partial-{os.getpid()}-"
+
+
+def _writer_is_gone(path, pid):
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        pass
+    return time.time() - os.lstat(path).st_mtime > STALE_AFTER_SECONDS
+
+
+def remove_stale_partials(parent):
+    """Removes the work in progress that dead writers left in `parent`; returns what it removed.
+
+    A leftover folder holding `.previous` is an overwrite killed between its two
+    renames (where the atomic exchange is unavailable): the old version is put
+    back if nothing took its place.
+    """
+    try:
+        entries = os.listdir(parent)
+    except FileNotFoundError:
+        return []
+    removed = []
+    for entry in entries:
+        match = _PARTIAL.match(entry)
+        path = os.path.join(parent, entry)
+        try:
+            if not match or not _writer_is_gone(path, int(match["pid"])):
+                continue
+        except FileNotFoundError:  # another process cleaned it meanwhile
+            continue
+        target = os.path.join(parent, entry[1:].split(".partial-")[0])
+        previous = os.path.join(path, _PREVIOUS)
+        if os.path.isdir(previous) and not os.path.exists(target):
+            os.replace(previous, target)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+        removed.append(path)
+    return removed
+
+
+def _exchange(first, second):
+    """Swaps two paths in one step (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    if not hasattr(libc, "renameat2"):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if libc.renameat2(at_fdcwd, os.fsencode(first), at_fdcwd, os.fsencode(second), rename_exchange) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):  # e.g. a file system without it
+        return False
+    raise OSError(code, os.strerror(code), second)
+
+
+def replace_folder(new, path):
+    """Puts the folder `new` at `path`, where a folder already is, with no moment without one.
+
+    On Linux the two are exchanged in one step; elsewhere the old folder is moved
+    into `new`'s parent as `.previous` first, which `remove_stale_partials` puts back
+    if the process dies before the second rename. The old folder ends up in
+    `new`'s parent (a workspace) for the caller to delete.
+    """
+    if _exchange(new, path):
+        return
+    previous = os.path.join(os.path.dirname(new), _PREVIOUS)
+    os.replace(path, previous)
+    try:
+        os.replace(new, path)
+    except OSError:
+        os.replace(previous, path)
+        raise
 
 
 @contextlib.contextmanager
 def written_atomically(path, overwrite=True):
     """Yields a temporary path beside `path`; moves it to `path` only if the block succeeds.
 
-    Works for a file or a folder. The temporary folder's name is hidden and not a
-    number, so TF Serving, which watches a model base path, never sees a
-    half-written version. An existing `path` is replaced only with `overwrite`.
+    Works for a file or a folder. An existing `path` is replaced only with
+    `overwrite`, and a folder is swapped in without a moment when neither the
+    old nor the new one is there (`replace_folder`).
     """
     path = os.path.abspath(os.fspath(path))
     parent, name = os.path.split(path)
     os.makedirs(parent, exist_ok=True)
-    workspace = tempfile.mkdtemp(prefix=f".{name}.partial-", dir=parent)
+    remove_stale_partials(parent)
+    workspace = tempfile.mkdtemp(prefix=partial_prefix(name), dir=parent)
     try:
         written = os.path.join(workspace, name)
         yield written
         if not os.path.exists(written):
             raise RuntimeError(f"The exporter wrote nothing to {written!r}.")
         if os.path.isdir(path) and overwrite:
-            # os.replace cannot replace a non-empty folder: move the old one aside first.
-            previous = os.path.join(workspace, ".previous")
-            os.replace(path, previous)
-            try:
-                os.replace(written, path)
-            except OSError:
-                os.replace(previous, path)
-                raise
+            replace_folder(written, path)
         else:
             os.replace(written, path)
     finally:

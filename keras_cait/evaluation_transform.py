@@ -46,6 +46,7 @@ import tensorflow as tf
 # 268 MB decoded. Checked from the file header, before anything is decoded.
 MAX_PIXELS = 89_478_485
 IMAGE_FORMATS = "JPEG, PNG, GIF or BMP"
+_TOO_LARGE = f" pixels; at most {MAX_PIXELS:,} are decoded (PIL's decompression-bomb limit). Downscale it first."
 
 
 def _little_endian(encoded, start, length):
@@ -109,13 +110,7 @@ def decode_image(encoded):
     height, width = header_size(encoded)
     check = tf.debugging.Assert(
         height * width <= MAX_PIXELS,
-        [
-            tf.strings.join([
-                "The image is ", tf.strings.as_string(height), "×", tf.strings.as_string(width),
-                f" pixels; at most {MAX_PIXELS:,} are decoded (PIL's decompression-bomb limit). "
-                "Downscale it first.",
-            ])
-        ],
+        [tf.strings.join(["The image is ", tf.strings.as_string(height), "x", tf.strings.as_string(width), _TOO_LARGE])],
         summarize=1,
     )
     with tf.control_dependencies([check]):
@@ -208,6 +203,9 @@ def load_image(path, image_size=224, crop_pct=1.0):
     """
     try:
         encoded = tf.io.read_file(str(path))
+        height, width = (int(side) for side in header_size(encoded))
+        if height * width > MAX_PIXELS:
+            raise ValueError(f"Image {str(path)!r} is {height}x{width}{_TOO_LARGE}")
         return evaluation_transform(decode_image(encoded), image_size, crop_pct).numpy()
     except tf.errors.NotFoundError as error:
         raise FileNotFoundError(f"Image {str(path)!r} does not exist.") from error

@@ -37,6 +37,7 @@ Example:
 
 import functools
 import os
+import re
 
 import keras
 import numpy as np
@@ -354,13 +355,22 @@ def check_destination(path, overwrite=False):
 def _check_version_folder(path, overwrite):
     path = os.fspath(path)
     base, version = os.path.split(os.path.normpath(path))
-    if not (version.isdigit() and int(version) > 0):
+    if not re.fullmatch(r"[1-9][0-9]*", version):
+        canonical = version.isascii() and version.isdigit() and int(version) > 0
+        example = os.path.join(base, str(int(version))) if canonical else os.path.join(path, "1")
         raise ValueError(
             f"path {path!r}: TF Serving loads numbered version folders, so the last folder "
-            f"must be a positive integer, e.g. {os.path.join(path, '1')!r}."
+            f"must be a positive integer without leading zeros, e.g. {example!r}."
+        )
+    numbered = [name for name in os.listdir(base or ".") if name.isdigit()] if os.path.isdir(base or ".") else []
+    twins = [name for name in numbered if int(name) == int(version) and name != version]
+    if twins:
+        raise FileExistsError(
+            f"path {path!r}: TF Serving reads {os.path.join(base, twins[0])!r} as the same version "
+            f"{int(version)}; remove or renumber that folder, or export to another version."
         )
     if os.path.exists(path) and not overwrite:
-        newest = max(int(name) for name in os.listdir(base or ".") if name.isdigit())
+        newest = max(int(name) for name in numbered)
         raise FileExistsError(
             f"Version folder {path!r} exists; export to {os.path.join(base, str(newest + 1))!r} "
             "(TF Serving serves the highest version), or pass overwrite=True "

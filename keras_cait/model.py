@@ -217,7 +217,12 @@ def check_input_shape(input_shape, patch_size):
         raise ValueError(
             f"input_shape {tuple(input_shape)}: expected (height, width, channels), e.g. (224, 224, 3)."
         )
-    height, width, _ = input_shape
+    height, width, channels = input_shape
+    if channels is None or channels < 1:
+        raise ValueError(
+            f"input_shape {tuple(input_shape)}: the number of channels must be a positive "
+            f"integer, e.g. ({height}, {width}, 3) for RGB."
+        )
     if height is None or width is None:
         raise ValueError(
             f"input_shape {tuple(input_shape)}: height and width must be known, because the "
@@ -233,6 +238,71 @@ def check_input_shape(input_shape, patch_size):
             f"input_shape {tuple(input_shape)}: sides must be positive multiples of the patch "
             f"size {patch_size}, e.g. {suggestion}."
         )
+
+
+def check_images(images, input_shape, model_name):
+    """Raises a ValueError unless `images` fit `input_shape` `(batch, H, W, C)`.
+
+    Reads the static shape only (numpy arrays, tensors, traced or symbolic
+    tensors), so it adds nothing to a compiled graph; a dimension unknown until
+    run time is left to the model.
+    """
+    shape = getattr(images, "shape", None)
+    try:
+        shape = None if shape is None else tuple(None if d is None else int(d) for d in shape)
+    except (TypeError, ValueError):  # unknown rank: nothing known to check
+        return
+    if shape is None:
+        return
+    expected = tuple(input_shape)[1:]
+    height, width, channels = expected
+    takes = f"{model_name} takes images of shape (batch, {height}, {width}, {channels})"
+    if len(shape) != 4:
+        fix = (
+            "for one image add the batch axis: images[None]" if len(shape) == 3
+            else f"reshape them to one batch axis: images.reshape((-1, {height}, {width}, {channels}))"
+        )
+        raise ValueError(f"images of shape {shape}: {takes}; {fix}.")
+    if shape[0] == 0:
+        raise ValueError(
+            f"images of shape {shape}: a batch of 0 images; {takes}, at least one of them. "
+            "Skip empty batches before calling the model."
+        )
+    if shape[3] not in (None, channels):
+        fix = {
+            1: "convert grayscale to RGB, e.g. np.repeat(images, 3, axis=-1)",
+            4: "drop the alpha channel: images[..., :3]",
+        }.get(shape[3] if channels == 3 else None, (
+            f"or build the model with input_shape=({height}, {width}, {shape[3]}) and "
+            "include_preprocessing=False"
+        ))
+        raise ValueError(f"images of shape {shape}: {takes}, {channels} channels; {fix}.")
+    if shape[1] not in (None, height) or shape[2] not in (None, width):
+        raise ValueError(
+            f"images of shape {shape}: {takes}; resize and centre-crop them to {height}×{width} "
+            f"(e.g. keras.layers.Resizing({height}, {width}, crop_to_aspect_ratio=True)), or "
+            f"build the model with input_shape=({shape[1]}, {shape[2]}, {channels})."
+        )
+
+
+@keras.saving.register_keras_serializable(package="keras_cait")
+class CaiTModel(keras.Model):
+    """The functional model that `build_cait` returns: it refuses images of another shape.
+
+    Keras' own input check lets a 1-channel image broadcast against the RGB
+    normalisation, a single image (rank 3) end in an unknown-shape error, and
+    `predict` of 0 images fail inside Keras. This check names the shape it got,
+    the one the model takes and the fix, for `model(images)`, `predict` and
+    the model called as a layer (`check_images`: static shapes, no graph ops).
+    """
+
+    def __call__(self, *args, **kwargs):
+        check_images(args[0] if args else kwargs.get("inputs"), self.inputs[0].shape, self.name)
+        return super().__call__(*args, **kwargs)
+
+    def predict(self, x, *args, **kwargs):
+        check_images(x, self.inputs[0].shape, self.name)
+        return super().predict(x, *args, **kwargs)
 
 
 def build_cait(
@@ -347,4 +417,6 @@ def build_cait(
     if input_tensor is not None:
         sources = keras.utils.get_source_inputs(input_tensor)
         inputs = sources[0] if len(sources) == 1 else sources
-    return keras.Model(inputs, outputs, name=name)
+    if isinstance(inputs, list):  # several sources (an input_tensor built from them)
+        return keras.Model(inputs, outputs, name=name)
+    return CaiTModel(inputs, outputs, name=name)

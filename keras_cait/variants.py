@@ -91,8 +91,15 @@ def cait(
             input_shape = (side, side, 3)
     input_shape = tuple(input_shape)
 
-    if not (weights in ("imagenet", None) or isinstance(weights, (str, bytes)) or hasattr(weights, "__fspath__")):
+    if isinstance(weights, (bytes, bytearray)):
+        raise TypeError(
+            f"weights={repr(weights)[:40]}... is {type(weights).__name__}: must be "
+            f"{WEIGHTS_ALLOWED}. For a checkpoint in memory, write it to a file and pass its path."
+        )
+    if not (weights in ("imagenet", None) or isinstance(weights, str) or hasattr(weights, "__fspath__")):
         raise ValueError(f"weights={weights!r}: must be {WEIGHTS_ALLOWED}.")
+    if hasattr(weights, "__fspath__"):
+        weights = os.fsdecode(weights)
     pretrained = weights is not None
     if isinstance(weights, str) and weights != "imagenet" and not weights.endswith(
         (".safetensors", ".pth", ".pt", ".weights.h5")

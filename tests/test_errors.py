@@ -129,3 +129,80 @@ def test_imagenet_without_network_names_the_url_and_how_to_pass_a_local_file(ker
     assert "weights='/path/to/model.safetensors'" in message
     assert "XXS24_224.pth" in message
     assert not os.listdir(keras_cache)
+
+
+# === Images that do not fit the model (every call path) ===
+
+
+@pytest.mark.parametrize(
+    "shape, fix",
+    [
+        ((1, 16, 64, 3), r"resize and centre-crop them to 32×32 .* input_shape=\(16, 64, 3\)"),
+        ((1, 32, 32, 1), r"3 channels; convert grayscale to RGB"),
+        ((1, 32, 32, 4), r"3 channels; drop the alpha channel"),
+        ((32, 32, 3), r"for one image add the batch axis: images\[None\]"),
+        ((1, 1, 32, 32, 3), r"reshape them to one batch axis"),
+        ((0, 32, 32, 3), r"a batch of 0 images"),
+    ],
+    ids=["same_patch_count", "one_channel", "rgba", "rank_3", "rank_5", "empty_batch"],
+)
+@pytest.mark.parametrize("path", ["call", "predict", "predict_dataset", "as_a_layer"])
+def test_images_of_another_shape_are_refused(tiny_cait, shape, fix, path):
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    model = tiny_cait(name="tiny")
+    images = np.zeros(shape, "float32")
+    calls = {
+        "call": lambda: model(images),
+        "predict": lambda: model.predict(images, verbose=0),
+        # A dataset of these batches (one batch of them, whatever their rank).
+        "predict_dataset": lambda: model.predict(
+            tf.data.Dataset.from_tensors(images), verbose=0
+        ),
+        "as_a_layer": lambda: keras.layers.Dense(2)(model(keras.Input(batch_shape=shape))),
+    }
+    with pytest.raises(ValueError, match=fix) as error:
+        calls[path]()
+
+    assert f"images of shape {shape}: " in str(error.value)
+    assert "tiny takes images of shape (batch, 32, 32, 3)" in str(error.value)
+
+
+def test_the_image_check_adds_no_op_to_the_traced_graph(tiny_cait):
+    import keras
+    import tensorflow as tf
+
+    model = tiny_cait()
+    unchecked = keras.Model(model.inputs, model.outputs)  # Keras' own Functional, same layers
+    spec = tf.TensorSpec((None, 32, 32, 3), tf.float32)
+
+    def ops(m):
+        graph = tf.function(lambda x: m(x, training=False)).get_concrete_function(spec).graph
+        return sorted(op.type for op in graph.get_operations())
+
+    assert ops(model) == ops(unchecked)
+
+
+def test_the_image_check_survives_saving(tiny_cait, tmp_path):
+    import keras
+    import numpy as np
+
+    tiny_cait().save(tmp_path / "tiny.keras")
+    loaded = keras.models.load_model(tmp_path / "tiny.keras")
+
+    with pytest.raises(ValueError, match="3 channels; convert grayscale to RGB"):
+        loaded.predict(np.zeros((1, 32, 32, 1)), verbose=0)
+
+
+def test_zero_channels_are_refused(offline):
+    with pytest.raises(ValueError, match=r"input_shape \(32, 32, 0\): the number of channels must "
+                                         r"be a positive integer, e.g. \(32, 32, 3\)"):
+        keras_cait.CaiT_XXS24(weights=None, input_shape=(32, 32, 0), include_preprocessing=False)
+
+
+def test_weights_given_as_bytes_are_refused_with_the_fix(offline, tiny_checkpoint):
+    with pytest.raises(TypeError, match=r"is bytes: must be 'imagenet', None, or the path .* write "
+                                        r"it to a file and pass its path"):
+        keras_cait.CaiT_XXS24(weights=tiny_checkpoint.read_bytes(), input_shape=(32, 32, 3))

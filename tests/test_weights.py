@@ -7,6 +7,8 @@ serving random-weight checkpoints in timm's format, and the cache by an empty KE
 import hashlib
 import http.server
 import os
+import subprocess
+import sys
 import threading
 
 import keras
@@ -23,12 +25,20 @@ class Hub:
 
     def __init__(self):
         self.files = {}
+        self.redirects = {}
         self.requests = []
         hub = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
                 hub.requests.append(self.path)
+                if self.path in hub.redirects:  # as huggingface.co: the hash rides on the 302
+                    location, headers = hub.redirects[self.path]
+                    self.send_response(302)
+                    for name, value in {"Location": location, "Content-Length": "0", **headers}.items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    return
                 if self.path not in hub.files:
                     self.send_error(404)
                     return
@@ -54,6 +64,14 @@ class Hub:
     def serve(self, arch, body, headers=None):
         """Serves `body` as `arch`'s file with `headers` (Content-Length: its size, unless given)."""
         self.files[self.path(arch)] = (body, headers or {})
+
+    def serve_via_cdn(self, arch, body, hub_headers, cdn_body=None):
+        """As huggingface.co: the file's URL answers 302 with `hub_headers` (X-Linked-Etag,
+        X-Linked-Size), and the redirect's target, another path, sends `cdn_body` (default
+        `body`) with a Content-Length only."""
+        cdn_path = f"/cdn/{arch}/{sha256(body)}"
+        self.redirects[self.path(arch)] = (cdn_path, hub_headers)
+        self.files[cdn_path] = (body if cdn_body is None else cdn_body, {})
 
     def close(self):
         self.server.shutdown()
@@ -255,3 +273,123 @@ def test_a_file_missing_on_the_server_is_reported_with_its_status(hub, keras_cac
     with pytest.raises(ConnectionError, match=r"answered 404 .*cait_xxs24_224\.fb_dist_in1k.*weights='/path/to/model\.safetensors'"):
         keras_cait.CaiT_XXS24(weights="imagenet")
     assert cached_files(keras_cache) == []
+
+
+def hub_headers(body):
+    return {"X-Linked-Etag": f'"{sha256(body)}"', "X-Linked-Size": str(len(body))}
+
+
+def test_hash_from_the_hubs_redirect_verifies_the_cdn_body(hub, keras_cache, timm_reference):
+    reference = timm_reference.model("cait_xxs24_384")
+    body = timm_reference.save(reference).read_bytes()
+    hub.serve_via_cdn("cait_xxs24_384", body, hub_headers(body))
+    images = timm_reference.images(1, 384)
+    expected, _ = timm_reference.outputs(reference, images)
+
+    model = keras_cait.CaiT_XXS24(
+        weights="imagenet", input_shape=(384, 384, 3), classifier_activation=None
+    )
+
+    assert hub.requests == [Hub.path("cait_xxs24_384"), f"/cdn/cait_xxs24_384/{sha256(body)}"]
+    timm_reference.assert_matches(logits(model, images), expected, "logits")
+    assert cached_files(keras_cache) == [f"cait_xxs24_384.{TAG}.weights.h5"]
+
+
+def test_altered_cdn_body_is_refused_by_the_hubs_hash(hub, keras_cache, timm_reference):
+    body = timm_reference.save(timm_reference.model("cait_xxs24_384")).read_bytes()
+    altered = bytearray(body)
+    altered[len(body) // 3] ^= 0x01  # same size, still a valid safetensors file
+    hub.serve_via_cdn("cait_xxs24_384", body, hub_headers(body), cdn_body=bytes(altered))
+
+    with pytest.raises(OSError, match="corrupted: its sha256 is") as error:
+        keras_cait.CaiT_XXS24(weights="imagenet", input_shape=(384, 384, 3))
+
+    assert f"X-Linked-Etag) is {sha256(body)}" in str(error.value)
+    assert cached_files(keras_cache) == []
+
+
+def test_a_server_without_a_hash_for_an_unpinned_file_is_refused_before_downloading(
+    hub, keras_cache, timm_reference
+):
+    body = timm_reference.save(timm_reference.model("cait_xxs24_384")).read_bytes()
+    hub.serve("cait_xxs24_384", body)  # a mirror: 200, Content-Length, no X-Linked-Etag
+
+    with pytest.raises(OSError, match="Cannot verify") as error:
+        keras_cait.CaiT_XXS24(weights="imagenet", input_shape=(384, 384, 3))
+
+    assert "weights='/path/to/model.safetensors'" in str(error.value)
+    assert cached_files(keras_cache) == []
+
+
+@pytest.mark.parametrize(
+    "damage", [lambda b: b[: len(b) // 2], lambda b: b"", lambda b: os.urandom(4096)],
+    ids=["truncated", "empty", "random_bytes"],
+)
+def test_an_unreadable_safetensors_file_is_named_in_the_error(tmp_path, tiny_cait, damage):
+    from safetensors.numpy import save
+
+    path = tmp_path / "broken.safetensors"
+    path.write_bytes(damage(save({"cls_token": np.ones((1, 1, 64), "float32")})))
+
+    with pytest.raises(ValueError, match="not a readable safetensors checkpoint") as error:
+        keras_cait.CaiT_XXS24(weights=str(path), input_shape=(32, 32, 3))
+
+    assert str(path) in str(error.value)
+
+
+def test_a_truncated_cached_weights_file_is_downloaded_again(hub, keras_cache, timm_reference):
+    body = timm_reference.save(timm_reference.model("cait_xxs24_384")).read_bytes()
+    hub.serve_via_cdn("cait_xxs24_384", body, hub_headers(body))
+    first = keras_cait.CaiT_XXS24(weights="imagenet", input_shape=(384, 384, 3))
+    cached = os.path.join(keras_cache, f"cait_xxs24_384.{TAG}.weights.h5")
+    with open(cached, "r+b") as file:
+        file.truncate(os.path.getsize(cached) // 2)
+
+    with pytest.warns(UserWarning, match=f"{cached} are unreadable"):
+        again = keras_cait.CaiT_XXS24(weights="imagenet", input_shape=(384, 384, 3))
+
+    assert len(hub.requests) == 4, "downloaded twice: hub and CDN each time"
+    images = timm_reference.images(1, 384)
+    np.testing.assert_array_equal(logits(again, images), logits(first, images))
+
+
+def test_a_truncated_keras_weights_file_is_named_in_the_error(tmp_path, tiny_cait):
+    path = str(tmp_path / "model.weights.h5")
+    tiny_cait().save_weights(path)
+    with open(path, "r+b") as file:
+        file.truncate(os.path.getsize(path) // 2)
+
+    with pytest.raises(ValueError, match="not a readable Keras .weights.h5 file") as error:
+        load_weights_file(tiny_cait(), path)
+
+    assert path in str(error.value)
+
+
+def test_stale_downloads_of_dead_processes_are_removed(hub, keras_cache, timm_reference):
+    body = timm_reference.save(timm_reference.model("cait_xxs24_384")).read_bytes()
+    hub.serve_via_cdn("cait_xxs24_384", body, hub_headers(body))
+    os.makedirs(keras_cache)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    leftover = os.path.join(keras_cache, f".cait_xxs24_384.partial-{dead}-x1y2.safetensors")
+    alive = os.path.join(keras_cache, f".cait_xxs24_384.partial-{os.getppid()}-x1y2.safetensors")
+    for path in (leftover, alive):
+        with open(path, "wb") as file:
+            file.write(body[:100])
+
+    keras_cait.CaiT_XXS24(weights="imagenet", input_shape=(384, 384, 3))
+
+    assert cached_files(keras_cache) == sorted(
+        [os.path.basename(alive), f"cait_xxs24_384.{TAG}.weights.h5"]
+    )
+
+
+def test_official_pth_names_are_the_files_the_cait_authors_released():
+    from keras_cait.weights import registry
+
+    names = [registry.official_pth(arch).removeprefix("https://dl.fbaipublicfiles.com/deit/")
+             for arch in registry.CHECKPOINTS]
+    assert names == [  # /work/shared/reference/cait_weights.md, timm's default_cfgs
+        "XXS24_224.pth", "XXS24_384.pth", "XXS36_224.pth", "XXS36_384.pth", "XS24_384.pth",
+        "S24_224.pth", "S24_384.pth", "S36_384.pth", "M36_384.pth", "M48_448.pth",
+    ]

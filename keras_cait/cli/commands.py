@@ -10,6 +10,8 @@ import argparse
 import os
 import sys
 
+from keras_cait.cli.errors import check_image_files, fail, load_keras_model, weights_errors
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
@@ -28,22 +30,31 @@ def _variant_of(model_name):
     return variant, int(parts[1]) if len(parts) == 2 else None
 
 
-def _build(model_name, weights):
-    from keras_cait.variants import cait, default_resolution
+def _side(model_name):
+    """The input side of a CaiT by name: its resolution, else the variant's default."""
+    from keras_cait.variants import default_resolution
 
     variant, resolution = _variant_of(model_name)
-    side = resolution or default_resolution(variant)
+    return resolution or default_resolution(variant)
+
+
+def _build(command, model_name, weights):
+    from keras_cait.variants import cait
+
+    variant, _ = _variant_of(model_name)
+    side = _side(model_name)
     weights = None if weights == "none" else weights
-    return cait(variant, weights=weights, input_shape=(side, side, 3)), side
+    with weights_errors(command, weights):
+        return cait(variant, weights=weights, input_shape=(side, side, 3)), side
 
 
-def _load_image(path, side):
+def _load_image(command, path, side):
     from keras_cait.preprocessing import load_image
 
     try:
         return load_image(path, side)
     except (OSError, ValueError) as error:
-        raise SystemExit(f"keras-cait: {error}") from error
+        raise fail(command, error) from error
 
 
 def predict(args):
@@ -51,8 +62,10 @@ def predict(args):
 
     from keras_cait.preprocessing import decode_predictions
 
-    model, side = _build(args.model, args.weights)
-    images = np.stack([_load_image(path, side) for path in args.images])
+    # The images first: a typo in a path should not wait for (or download) a model.
+    side = _side(args.model)
+    images = np.stack([_load_image("predict", path, side) for path in args.images])
+    model, _ = _build("predict", args.model, args.weights)
     probabilities = model.predict(images, verbose=0)
     for path, top in zip(args.images, decode_predictions(probabilities, top=args.top)):
         print(path)
@@ -68,7 +81,8 @@ def convert(args):
         raise SystemExit("keras-cait convert: give the resolution in --model, e.g. cait_s24_384.")
     if not args.output.endswith(".weights.h5"):
         raise SystemExit(f"keras-cait convert: --output {args.output!r} must end in .weights.h5.")
-    model = cait(variant, weights=args.checkpoint, input_shape=(resolution, resolution, 3))
+    with weights_errors("convert", args.checkpoint):
+        model = cait(variant, weights=args.checkpoint, input_shape=(resolution, resolution, 3))
     partial = args.output.removesuffix(".weights.h5") + ".partial.weights.h5"
     model.save_weights(partial)
     os.replace(partial, args.output)
@@ -85,7 +99,7 @@ def export(args):
         raise SystemExit("keras-cait export: --top-k applies to SavedModels only (ONNX and LiteRT output scores).")
     try:
         exporters.check_destination(output, args.overwrite)
-        model, _ = _build(args.model, args.weights)
+        model, _ = _build("export", args.model, args.weights)
         if output.endswith(".onnx"):
             exporters.export_onnx(model, output, overwrite=args.overwrite)
         elif output.endswith(".tflite"):
@@ -100,17 +114,14 @@ def export(args):
 def _load_model_for_attention(model_name, weights):
     """A CaiT by name (cait_s24_224) or a saved `.keras` model (e.g. the demo's)."""
     if not model_name.endswith(".keras"):
-        return _build(model_name, weights)
-    import keras
-
-    if not os.path.isfile(model_name):
-        raise SystemExit(f"keras-cait attention: --model {model_name!r}: no such file.")
-    model = keras.saving.load_model(model_name)
+        return _build("attention", model_name, weights)
+    model = load_keras_model("attention", model_name)
     height, width = model.input_shape[1:3]
     if height != width:
-        raise SystemExit(
-            f"keras-cait attention: --model {model_name!r} takes {height}x{width} images; "
-            "the command crops images square, so it needs a model with square input."
+        raise fail(
+            "attention",
+            f"--model {model_name!r} takes {height}x{width} images; the command crops images "
+            "square, so it needs a model with square input.",
         )
     return model, height
 
@@ -121,8 +132,9 @@ def attention(args):
 
     if not args.out.endswith(".png"):
         raise SystemExit(f"keras-cait attention: --out {args.out!r} must end in .png, e.g. maps.png.")
+    check_image_files("attention", [args.image])
     model, side = _load_model_for_attention(args.model, args.weights)
-    images = _load_image(args.image, side)[None]
+    images = _load_image("attention", args.image, side)[None]
     maps = attention_maps(model, images)
     saliency_path = args.out.removesuffix(".png") + "_saliency.png"
     save_figure(class_attention_figure(images, maps), args.out)

@@ -15,7 +15,8 @@ import keras
 
 from keras_cait.model import build_cait
 from keras_cait.training import augment, distribute, optimizer, resume, schedule, sources, stream, transfer
-from keras_cait.training.callbacks import run_callbacks
+from keras_cait.cli.errors import fail, load_keras_model, weights_errors
+from keras_cait.training.callbacks import run_callbacks, save_model
 from keras_cait.variants import cait
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -34,7 +35,7 @@ def _parser(description, command):
     )
 
 
-def _add_data_arguments(parser, train):
+def _add_data_arguments(parser, train, model_file=False):
     group = parser.add_argument_group("data")
     spec = "a folder of class subfolders, tfrecord:PATTERN or tfds:NAME:SPLIT"
     if train:
@@ -44,7 +45,12 @@ def _add_data_arguments(parser, train):
         group.add_argument("--data", required=True, help=f"images to evaluate: {spec}")
     group.add_argument("--class-names", help="file with one class name per line (for tfrecord:)")
     group.add_argument("--tfds-dir", help="TensorFlow Datasets data_dir (for tfds:)")
-    group.add_argument("--image-size", type=int, default=224, help="side of the input images")
+    if model_file:
+        group.add_argument("--image-size", type=int, default=None,
+                           help="side of the input images (default: the input size of a .keras "
+                                "--model, else 224)")
+    else:
+        group.add_argument("--image-size", type=int, default=224, help="side of the input images")
     group.add_argument("--crop-pct", type=float, default=1.0,
                        help="evaluation centre crop fraction (CaiT: 1.0)")
 
@@ -64,8 +70,8 @@ def _add_run_arguments(parser, backup_every):
     group.add_argument("--seed", type=int, default=0, help="seed of weights init and data")
     group.add_argument("--deterministic", action="store_true",
                        help="deterministic TensorFlow ops (slower; exact resumption)")
-    group.add_argument("--no-jit", dest="jit_compile", action="store_false",
-                       help="do not compile the training step with XLA")
+    group.add_argument("--jit", dest="jit_compile", action=argparse.BooleanOptionalAction,
+                       default=True, help="compile the training step with XLA")
     group.add_argument("--backup-every", type=int, default=backup_every,
                        help="steps between backups of the whole training state")
     group.add_argument("--cache", action="store_true", help="keep encoded images in memory")
@@ -149,7 +155,7 @@ def finetune_parser():
                         help="CaiT variant (XXS24, S24, ...) or the path of a .keras model")
     parser.add_argument("--weights", default="imagenet",
                         help="for a variant: imagenet, none, or a weights file")
-    _add_data_arguments(parser, train=True)
+    _add_data_arguments(parser, train=True, model_file=True)
     parser.add_argument("--val-fraction", type=float, default=0.1,
                         help="held out for validation when --val-data is not given (0: none)")
     _add_run_arguments(parser, backup_every=200)
@@ -175,7 +181,7 @@ def evaluate_parser():
                         help="CaiT variant (with --weights) or the path of a .keras model")
     parser.add_argument("--weights", default="imagenet",
                         help="for a variant: imagenet or a weights file")
-    _add_data_arguments(parser, train=False)
+    _add_data_arguments(parser, train=False, model_file=True)
     parser.add_argument("--batch-size", type=int, default=64, help="evaluation batch size")
     parser.add_argument("--precision", choices=PRECISIONS, default="float32", help="dtype policy")
     return parser
@@ -293,11 +299,6 @@ def _validation(args, validation, global_batch):
     )
 
 
-def _save(model, path):
-    model.save(path[: -len(".keras")] + ".partial.keras")
-    os.replace(path[: -len(".keras")] + ".partial.keras", path)
-
-
 def _new_model(args, classes):
     shape = dict(input_shape=(args.image_size, args.image_size, 3), classes=classes,
                  drop_path_rate=args.drop_path)
@@ -332,23 +333,34 @@ def train_run(args):
     _announce(distribution, args, global_batch, steps, peak)
     _train(model, args, train, _validation(args, validation, global_batch), distribution,
            args.epochs, output_dir, "train", args.seed)
-    _save(model, os.path.join(output_dir, "final.keras"))
+    save_model(model, os.path.join(output_dir, "final.keras"))
     return model
 
 
 def _load_backbone(args):
     """A CaiT without head at `args.image_size`: a variant with its weights, or a .keras model."""
-    size = args.image_size
     if args.model.endswith(".keras"):
-        model = keras.models.load_model(args.model)
-        if model.input_shape[1:3] != (size, size):
-            model = transfer.at_resolution(model, size)
+        model = load_keras_model("finetune", args.model)
+        if args.image_size is None:
+            args.image_size = _square_side("finetune", model)
+        if model.input_shape[1:3] != (args.image_size, args.image_size):
+            model = transfer.at_resolution(model, args.image_size)
         return model
+    args.image_size = args.image_size or 224
     weights = None if args.weights.lower() == "none" else args.weights
-    return cait(
-        args.model, include_top=False, pooling="token", weights=weights,
-        input_shape=(size, size, 3), drop_path_rate=args.drop_path,
-    )
+    with weights_errors("finetune", weights):
+        return cait(
+            args.model, include_top=False, pooling="token", weights=weights,
+            input_shape=(args.image_size, args.image_size, 3), drop_path_rate=args.drop_path,
+        )
+
+
+def _square_side(command, model):
+    height, width = model.input_shape[1:3]
+    if height != width:
+        raise fail(command, f"--model takes {height}x{width} images; give --image-size for a "
+                            "square size to run it at.")
+    return height
 
 
 def finetune_run(args):
@@ -358,17 +370,19 @@ def finetune_run(args):
     train, validation = _sources(args)
     global_batch = distribution.global_batch_size(args.batch_size)
     steps = stream.steps_per_epoch(train, global_batch)
-    validation = _validation(args, validation, global_batch)
     output_dir = _output_dir(args, distribution)
     head_weights = os.path.join(output_dir, "head.weights.h5")
 
     def scaled(rate):
         return schedule.scaled_learning_rate(global_batch, rate, FINETUNE_REFERENCE_BATCH)
 
-    _announce(distribution, args, global_batch, steps, scaled(args.lr))
     with distribution.scope():
         model = transfer.with_new_head(_load_backbone(args), train.num_classes, name="cait_finetuned")
+    validation = _validation(args, validation, global_batch)  # at the backbone's size
+    _announce(distribution, args, global_batch, steps, scaled(args.lr))
     if args.head_epochs:
+        print(f"Stage 1 of 2: the new head alone, backbone frozen, {args.head_epochs} epoch(s)",
+              flush=True)
         if os.path.exists(head_weights):
             model.load_weights(head_weights)
         else:
@@ -381,12 +395,13 @@ def finetune_run(args):
             model.save_weights(head_weights[: -len(".weights.h5")] + ".partial.weights.h5")
             os.replace(head_weights[: -len(".weights.h5")] + ".partial.weights.h5", head_weights)
     if args.epochs:
+        print(f"Stage 2 of 2: the whole network, {args.epochs} epoch(s)", flush=True)
         transfer.set_backbone_trainable(model, True)
         with distribution.scope():
             _compile(model, args, scaled(args.lr), args.epochs, steps)
         _train(model, args, train, validation, distribution, args.epochs,
                output_dir, "full", args.seed + 1)
-    _save(model, os.path.join(output_dir, "final.keras"))
+    save_model(model, os.path.join(output_dir, "final.keras"))
     return model
 
 
@@ -395,10 +410,19 @@ def evaluate_run(args):
     keras.mixed_precision.set_global_policy(args.precision)
     source = sources.source(args.data, _class_names(args), args.tfds_dir)
     if args.model.endswith(".keras"):
-        model = keras.models.load_model(args.model)
+        model = load_keras_model("evaluate", args.model)
+        if args.image_size is None:
+            args.image_size = _square_side("evaluate", model)
+        elif model.input_shape[1:3] != (args.image_size, args.image_size):
+            raise fail("evaluate", f"--image-size {args.image_size}: the model takes "
+                                   f"{model.input_shape[1]}x{model.input_shape[2]} images; "
+                                   "leave --image-size out to use the model's size.")
     else:
-        model = cait(args.model, weights=args.weights,
-                     input_shape=(args.image_size, args.image_size, 3))
+        args.image_size = args.image_size or 224
+        weights = None if args.weights.lower() == "none" else args.weights
+        with weights_errors("evaluate", weights):
+            model = cait(args.model, weights=weights,
+                         input_shape=(args.image_size, args.image_size, 3))
     classes = model.output_shape[-1]
     if classes != source.num_classes:
         raise ValueError(

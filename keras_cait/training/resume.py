@@ -2,12 +2,19 @@
 
 import json
 import os
+import re
 import shutil
+import warnings
+import zipfile
 
 import keras
 import numpy as np
 
 _POINTER = "latest.json"
+
+
+class _ChangedPlan(ValueError):
+    """The backup is of a run with other epochs, steps per epoch or batch size."""
 
 
 class ResumableBackup(keras.callbacks.Callback):
@@ -16,10 +23,11 @@ class ResumableBackup(keras.callbacks.Callback):
     A backup holds the model weights with the optimizer state (one
     `.weights.h5`: step count, hence the learning-rate schedule's position,
     Adam moments, EMA weights, loss scale), the states of the model's random
-    generators (stochastic depth), the `best` of the given ModelCheckpoints and
-    the number of training steps done. It is written into a new folder and
-    published by atomically replacing `latest.json`, so a kill at any moment
-    leaves the previous backup intact; older folders are then removed.
+    generators (stochastic depth), the `best` of the given ModelCheckpoints, the
+    number of training steps done and the run's plan (epochs, steps per epoch,
+    batch size). It is written into a new folder and published by atomically
+    replacing `latest.json`; the backup before it is kept, so a kill at any
+    moment, or a latest backup found unreadable, leaves one to resume from.
 
     Keras' `BackupAndRestore` restarts an interrupted epoch from its first batch
     on top of the weights of its last backed-up batch, so a resumed run trains
@@ -42,35 +50,96 @@ class ResumableBackup(keras.callbacks.Callback):
         self.save_freq = save_freq
         self.checkpoints = list(checkpoints)
         self.step = 0
+        self.plan = {}
 
     @staticmethod
     def _random_states(model):
         weights = {id(w) for w in model.weights}
         return [v for v in model.variables if id(v) not in weights]
 
-    def restore(self, model):
-        """Loads the latest backup into `model` (built and compiled); returns the steps done (0 if none)."""
-        pointer = os.path.join(self.backup_dir, _POINTER)
-        if not os.path.exists(pointer):
-            self.step = 0
-            return 0
-        with open(pointer) as file:
-            folder = os.path.join(self.backup_dir, json.load(file)["folder"])
-        if model.optimizer is not None and not model.optimizer.built:
-            model.optimizer.build(model.trainable_variables)
-        model.load_weights(os.path.join(folder, "state.weights.h5"))
-        random = np.load(os.path.join(folder, "random.npz"))
-        for index, variable in enumerate(self._random_states(model)):
-            variable.assign(random[f"state_{index}"])
+    def _complete_backups(self):
+        """The complete backup folders, newest first: the one `latest.json` names, then by step."""
+        try:
+            entries = os.listdir(self.backup_dir)
+        except FileNotFoundError:
+            return [], None
+        folders = sorted(
+            (e for e in entries if re.fullmatch(r"step-\d+", e)),
+            key=lambda e: int(e.removeprefix("step-")), reverse=True,
+        )
+        try:
+            with open(os.path.join(self.backup_dir, _POINTER)) as file:
+                latest = json.load(file)["folder"]
+        except FileNotFoundError:
+            return folders, None
+        except (ValueError, KeyError, TypeError) as error:
+            return folders, f"{_POINTER} is unreadable ({error!r})"
+        if latest not in folders:
+            return folders, f"{_POINTER} names {latest}, which is missing"
+        return [latest] + [f for f in folders if f != latest], None
+
+    def _check_plan(self, saved):
+        changed = {k: (saved[k], v) for k, v in self.plan.items() if k in saved and saved[k] != v}
+        if changed:
+            differences = "; ".join(f"{k} {old} then, {new} now" for k, (old, new) in changed.items())
+            raise _ChangedPlan(
+                f"The backup in {self.backup_dir} is of a run with another plan ({differences}), "
+                "so resuming would continue on another schedule. Rerun with the backup's "
+                f"settings to resume it, or delete the folder to start over: rm -r {self.backup_dir}"
+            )
+
+    def _load(self, model, folder):
+        """Loads one backup folder into `model`; returns its step."""
+        folder = os.path.join(self.backup_dir, folder)
         with open(os.path.join(folder, "progress.json")) as file:
             progress = json.load(file)
+        self._check_plan(progress.get("plan", {}))
+        random_states = self._random_states(model)
+        with np.load(os.path.join(folder, "random.npz")) as random:
+            values = [random[f"state_{index}"] for index in range(len(random_states))]
+        model.load_weights(os.path.join(folder, "state.weights.h5"))
+        for variable, value in zip(random_states, values):
+            variable.assign(value)
         for checkpoint, best in zip(self.checkpoints, progress["checkpoint_best"]):
             checkpoint.best = best
-        self.step = progress["step"]
-        return self.step
+        return int(progress["step"])
+
+    def restore(self, model):
+        """Loads the newest usable backup into `model` (built and compiled); returns the steps done.
+
+        0 when there is none. An unreadable backup is skipped for the one before
+        it, with a warning saying so; a ValueError names the folder when a
+        backup exists but none is usable, or when it is of another plan.
+        """
+        folders, problem = self._complete_backups()
+        if not folders and problem is None:
+            self.step = 0
+            return 0
+        if model.optimizer is not None and not model.optimizer.built:
+            model.optimizer.build(model.trainable_variables)
+        unusable = [problem] if problem else []
+        for folder in folders:
+            try:
+                self.step = self._load(model, folder)
+            except _ChangedPlan:
+                raise
+            except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as error:
+                unusable.append(f"{folder} is unreadable ({error!r})")
+                continue
+            if unusable:
+                warnings.warn(
+                    f"Resuming from the backup {folder} (step {self.step}) in {self.backup_dir}: "
+                    + "; ".join(unusable) + ".",
+                    stacklevel=2,
+                )
+            return self.step
+        raise ValueError(
+            f"No usable backup in {self.backup_dir} to resume from: " + "; ".join(unusable)
+            + f". Delete the folder to start the run over: rm -r {self.backup_dir}"
+        )
 
     def save(self):
-        """Writes a backup of `self.model` at the current step."""
+        """Writes a backup of `self.model` at the current step; keeps the one before it."""
         folder_name = f"step-{self.step}"
         folder = os.path.join(self.backup_dir, folder_name)
         partial = folder + ".partial"
@@ -83,6 +152,7 @@ class ResumableBackup(keras.callbacks.Callback):
         )
         progress = {
             "step": self.step,
+            "plan": self.plan,
             "checkpoint_best": [
                 None if c.best is None else float(c.best) for c in self.checkpoints
             ],
@@ -95,9 +165,9 @@ class ResumableBackup(keras.callbacks.Callback):
         with open(pointer + ".partial", "w") as file:
             json.dump({"folder": folder_name, "step": self.step}, file)
         os.replace(pointer + ".partial", pointer)
-        for entry in os.listdir(self.backup_dir):
-            if entry.startswith("step-") and entry != folder_name:
-                shutil.rmtree(os.path.join(self.backup_dir, entry), ignore_errors=True)
+        folders, _ = self._complete_backups()
+        for entry in folders[2:]:
+            shutil.rmtree(os.path.join(self.backup_dir, entry), ignore_errors=True)
 
     def remove(self):
         """Deletes the backups (the run is complete)."""
@@ -121,12 +191,16 @@ class _FinishEpochOnly(keras.callbacks.Callback):
     goes on, so that must be undone.
     """
 
+    def __init__(self):
+        super().__init__()
+        self.weights = None
+
     def on_epoch_end(self, epoch, logs=None):
         self.model.stop_training = True
         self.weights = [keras.ops.copy(w.value) for w in self.model.trainable_weights]
 
     def on_train_end(self, logs=None):
-        for variable, value in zip(self.model.trainable_weights, self.weights):
+        for variable, value in zip(self.model.trainable_weights, self.weights or ()):
             variable.assign(value)
 
 
@@ -139,6 +213,7 @@ def fit(
     callbacks=(),
     validation_data=None,
     verbose="auto",
+    plan=None,
 ):
     """`model.fit` for `epochs` epochs, resuming where `backup` last saved.
 
@@ -153,15 +228,21 @@ def fit(
             best value of the epoch.
         validation_data: evaluated at the end of each epoch.
         verbose: as in `model.fit`.
+        plan: further settings a resumed run must share with the backup, e.g.
+            `{"global batch size": 512}` (epochs and steps per epoch always).
 
     Returns:
-        the `History` of the last `model.fit` call.
+        the `History` of the last `model.fit` call; None when the backup is
+        already at the end of the run (nothing is trained again).
 
     A run killed in epoch e after k of its steps resumes with a `model.fit` over
     the remaining steps of epoch e, then one over epochs e+1 ... `epochs`.
     """
     callbacks = list(callbacks) + ([backup] if backup is not None else [])
-    start = backup.restore(model) if backup is not None else 0
+    start = 0
+    if backup is not None:
+        backup.plan = {"epochs": epochs, "steps per epoch": steps_per_epoch, **(plan or {})}
+        start = backup.restore(model)
     epoch, batch = divmod(start, steps_per_epoch)
     history = None
     common = dict(validation_data=validation_data, verbose=verbose)

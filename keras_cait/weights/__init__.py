@@ -18,22 +18,24 @@ __all__ = [
 ]
 
 
-def _shape_counts(shapes, skip):
-    return collections.Counter(shape for shape in shapes if not skip(shape))
-
-
 def _check_keras_weights_fit(model, path):
     """Keras matches .weights.h5 entries by layer order and skips extra ones silently;
     compare the tensor shapes first so that another variant's file is an error."""
     import h5py
 
     file_shapes = []
-    with h5py.File(path, "r") as file:
-        file.visititems(
-            lambda name, item: file_shapes.append((name, item.shape))
-            if hasattr(item, "shape") and "position_embedding" not in name
-            and not name.startswith("layers/dense/") else None
-        )
+    try:
+        with h5py.File(path, "r") as file:
+            file.visititems(
+                lambda name, item: file_shapes.append((name, item.shape))
+                if hasattr(item, "shape") and "position_embedding" not in name
+                and not name.startswith("layers/dense/") else None
+            )
+    except OSError as error:
+        raise ValueError(
+            f"{path} is not a readable Keras .weights.h5 file ({error}): it is truncated or of "
+            "another format. Save the weights again (model.save_weights) or pass the right file."
+        ) from error
     position = model.get_layer("position_embedding").embeddings
     head = [w for layer in model.layers if layer.name == "predictions" for w in layer.weights]
     model_shapes = [

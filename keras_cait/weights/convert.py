@@ -6,6 +6,8 @@ ours differ (`proj_l` → `pre_softmax_head_mix`, `gamma_1` → `attention_layer
 ...) this is the one place that says so.
 """
 
+import os
+
 import numpy as np
 
 from keras_cait.layers.position_embedding import resize_position_embedding
@@ -131,6 +133,15 @@ def load_state_dict(model, state_dict, source="checkpoint"):
         variable.assign(value)
 
 
+def _unreadable(path, kind, error):
+    size = os.path.getsize(path)
+    return ValueError(
+        f"{path} ({size} bytes) is not a readable {kind} checkpoint: {error}. The file is "
+        "truncated, empty or of another format; download it again (an interrupted copy?) "
+        "or pass the right file."
+    )
+
+
 def read_checkpoint(path):
     """Reads a timm/DeiT checkpoint into {timm key: numpy array}.
 
@@ -142,7 +153,12 @@ def read_checkpoint(path):
     if path.endswith(".safetensors"):
         from safetensors.numpy import load_file
 
-        return load_file(path)
+        try:
+            return load_file(path)
+        except FileNotFoundError:
+            raise
+        except Exception as error:  # safetensors' own error type is not public
+            raise _unreadable(path, "safetensors", error) from error
     if path.endswith((".pth", ".pt")):
         try:
             import torch
@@ -151,7 +167,10 @@ def read_checkpoint(path):
                 f"Reading {path} needs PyTorch: pip install 'keras-cait[torch]', or convert "
                 "the file to .safetensors elsewhere."
             ) from error
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        try:
+            checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        except (RuntimeError, EOFError) as error:  # truncated or not a torch file
+            raise _unreadable(path, "PyTorch", error) from error
         if isinstance(checkpoint, dict) and "model" in checkpoint:
             checkpoint = checkpoint["model"]
         return {

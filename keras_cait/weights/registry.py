@@ -17,19 +17,19 @@ TAG = "fb_dist_in1k"
 HUB_URL = "https://huggingface.co/timm"
 HUB_URL_ENV = "KERAS_CAIT_HUB_URL"  # overrides HUB_URL, e.g. a mirror or a test server
 
-#   timm arch           resolution  official .pth   sha256 of model.safetensors (None: not pinned)  top-1
+#   timm arch           resolution   top-1   sha256 of model.safetensors (None: not pinned)
 CHECKPOINTS = {
-    "cait_xxs24_224": dict(resolution=224, pth="XXS24_224", top1=78.400,
+    "cait_xxs24_224": dict(resolution=224, top1=78.400,
                            sha256="396b92244e28808d4bd719d7e7a9d7ca13ac903686ed4d218504a40a4d70080c"),
-    "cait_xxs24_384": dict(resolution=384, pth="XXS24", top1=80.954, sha256=None),
-    "cait_xxs36_224": dict(resolution=224, pth="XXS36_224", top1=79.750, sha256=None),
-    "cait_xxs36_384": dict(resolution=384, pth="XXS36", top1=82.204, sha256=None),
-    "cait_xs24_384": dict(resolution=384, pth="XS24", top1=84.064, sha256=None),
-    "cait_s24_224": dict(resolution=224, pth="S24_224", top1=83.484, sha256=None),
-    "cait_s24_384": dict(resolution=384, pth="S24", top1=85.048, sha256=None),
-    "cait_s36_384": dict(resolution=384, pth="S36", top1=85.458, sha256=None),
-    "cait_m36_384": dict(resolution=384, pth="M36", top1=86.060, sha256=None),
-    "cait_m48_448": dict(resolution=448, pth="M48", top1=86.480, sha256=None),
+    "cait_xxs24_384": dict(resolution=384, top1=80.954, sha256=None),
+    "cait_xxs36_224": dict(resolution=224, top1=79.750, sha256=None),
+    "cait_xxs36_384": dict(resolution=384, top1=82.204, sha256=None),
+    "cait_xs24_384": dict(resolution=384, top1=84.064, sha256=None),
+    "cait_s24_224": dict(resolution=224, top1=83.484, sha256=None),
+    "cait_s24_384": dict(resolution=384, top1=85.048, sha256=None),
+    "cait_s36_384": dict(resolution=384, top1=85.458, sha256=None),
+    "cait_m36_384": dict(resolution=384, top1=86.060, sha256=None),
+    "cait_m48_448": dict(resolution=448, top1=86.480, sha256=None),
 }
 
 
@@ -37,3 +37,11 @@ def checkpoint_url(arch):
     """The download URL of a checkpoint's `model.safetensors`."""
     base = os.environ.get(HUB_URL_ENV, HUB_URL).rstrip("/")
     return f"{base}/{arch}.{TAG}/resolve/main/model.safetensors"
+
+
+def official_pth(arch):
+    """The checkpoint's original file from the CaiT authors, e.g. cait_s24_384 -> .../deit/S24_384.pth.
+
+    Its name is the arch's without the "cait_" prefix, in capitals, for all ten.
+    """
+    return f"https://dl.fbaipublicfiles.com/deit/{arch.removeprefix('cait_').upper()}.pth"

@@ -1,8 +1,10 @@
 """Helpers of the export tests: the small model, photo-like test images, the serving contract."""
 
 import io
+import struct
 import subprocess
 import sys
+import zlib
 
 import numpy as np
 import tensorflow as tf
@@ -188,3 +190,9 @@ def saved_model_cli_run_in_fresh_process(folder, images, tmp_path):
         cwd=tmp_path,
     )
     return np.load(tmp_path / "out" / "probabilities.npy")
+
+
+def png_header(width, height):
+    """A PNG signature and IHDR chunk (no pixel data) claiming `width` × `height` RGB pixels."""
+    ihdr = b"IHDR" + struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + ihdr + struct.pack(">I", zlib.crc32(ihdr))

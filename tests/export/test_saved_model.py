@@ -13,13 +13,14 @@ from tensorflow.core.protobuf import saved_model_pb2
 
 from keras_cait import export
 from keras_cait.cli import commands
-from keras_cait.export import export_saved_model
+from keras_cait.export import check_destination, export_saved_model
 from keras_cait.preprocessing import imagenet_classes, load_image
 from tests.export.helpers import (
     SIDE,
     SIGNATURE_OUTPUTS,
     encode,
     photo,
+    png_header,
     run_in_fresh_process,
     serving_contract,
     signature_types,
@@ -129,6 +130,16 @@ def test_bytes_signature_gives_the_probabilities_of_timms_transform(loaded, mode
     np.testing.assert_allclose(served, with_load_image, rtol=1e-5, atol=0)
 
 
+def test_a_1x5000_png_is_classified_in_bounded_memory_like_load_image(loaded, model, tmp_path):
+    """Resized whole, this 99-byte file would become 32 × 160,000 (224 × 1,120,000 on a
+    224 model, 4 GB); only the centre window is computed."""
+    path = tmp_path / "line.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (1, 5000, 3), dtype=np.uint8)).save(path)
+    served = loaded.signatures["serving_bytes"](image_bytes=tf.constant([path.read_bytes()]))
+    expected = model.predict(load_image(path, SIDE)[None], verbose=0)
+    np.testing.assert_allclose(served["probabilities"].numpy(), expected, rtol=1e-5, atol=0)
+
+
 # === Bad input: INVALID_ARGUMENT naming what is expected, in Python and as TF Serving runs it ===
 
 EXPECTED = f"[batch, {SIDE}, {SIDE}, 3]"
@@ -156,6 +167,10 @@ BAD_INPUTS = {
     ),
     "no batch axis, bytes": ("serving_bytes", "image_bytes", np.array(PNG, object), ["list [batch]", "shape []"]),
     "truncated file": ("serving_bytes", "image_bytes", np.array([PNG[:100]], object), ["PNG"]),
+    "decompression bomb": (
+        "serving_bytes", "image_bytes", np.array([PNG, png_header(20_000, 9_000)], object),
+        ["9000x20000 pixels; at most 89,478,485"],
+    ),
 }
 
 
@@ -227,6 +242,20 @@ def test_the_path_must_end_in_a_version_number(model, tmp_path, path):
     with pytest.raises(ValueError, match="must be a positive integer"):
         export_saved_model(model, tmp_path / path)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("version", ["01", "001", "+1", "١"])
+def test_a_version_must_be_written_as_tf_serving_reads_it(tmp_path, version):
+    with pytest.raises(ValueError, match="positive integer without leading zeros") as error:
+        check_destination(tmp_path / "cait" / version)
+    if version.isascii() and version.isdigit():
+        assert repr(str(tmp_path / "cait" / "1")) in str(error.value)
+
+
+def test_a_version_that_tf_serving_reads_as_an_existing_one_is_refused(tmp_path):
+    (tmp_path / "cait" / "01").mkdir(parents=True)
+    with pytest.raises(FileExistsError, match=r"reads .*01' as the same version 1"):
+        check_destination(tmp_path / "cait" / "1", overwrite=True)
 
 
 def test_an_existing_version_is_refused_and_left_alone(model, tmp_path):

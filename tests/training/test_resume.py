@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from keras_cait.training import adamw
-from keras_cait.training.resume import ResumableBackup
+from keras_cait.training.resume import ResumableBackup, fit
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STEPS_PER_EPOCH = 90 // 8  # 100 digits, 10% held out, batches of 8
@@ -52,17 +53,22 @@ def test_a_backup_restores_weights_optimizer_random_state_and_best(tiny_cait, tm
     assert other_checkpoint.best == 0.25
 
 
-def test_a_kill_while_writing_a_backup_keeps_the_previous_one(tiny_cait, tmp_path, monkeypatch):
+def backed_up_then_changed(tiny_cait, directory):
+    """A model backed up at step 1, then changed at step 2: (model, its backup, weights at step 1)."""
     model = compiled(tiny_cait)
-    backup = ResumableBackup(tmp_path, save_freq=1)
+    backup = ResumableBackup(directory, save_freq=1)
     backup.set_model(model)
     backup.step = 1
     backup.save()
     first = [np.array(v) for v in model.weights]
-
     for variable in model.weights:
         variable.assign(variable + 1.0)
     backup.step = 2
+    return model, backup, first
+
+
+def test_a_kill_while_writing_a_backup_keeps_the_previous_one(tiny_cait, tmp_path, monkeypatch):
+    model, backup, first = backed_up_then_changed(tiny_cait, tmp_path)
 
     def killed(*args, **kwargs):
         raise KeyboardInterrupt  # the process dies in the middle of the write
@@ -126,3 +132,122 @@ def test_a_finetune_killed_mid_epoch_resumes_to_the_same_weights(tiny_cait, digi
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
     assert not np.array_equal(got[0], np.array(keras.models.load_model(model_path).weights[0]))
+
+
+# === A damaged backup, a changed plan, a run already done ===
+
+
+def two_backups(tiny_cait, directory):
+    """Backups at steps 1 and 2 of a compiled model; returns (model, weights at step 1)."""
+    model, backup, first = backed_up_then_changed(tiny_cait, directory)
+    backup.save()
+    return model, first
+
+
+def truncate(path):
+    with open(path, "r+b") as file:
+        file.truncate(os.path.getsize(path) // 2)
+
+
+def test_each_save_keeps_the_backup_before_it_and_no_older(tiny_cait, tmp_path):
+    model = compiled(tiny_cait)
+    backup = ResumableBackup(tmp_path, save_freq=1)
+    backup.set_model(model)
+    for step in (1, 2, 3):
+        backup.step = step
+        backup.save()
+    assert sorted(os.listdir(tmp_path)) == ["latest.json", "step-2", "step-3"]
+
+
+DAMAGES = {
+    "truncated_h5": lambda d: truncate(d / "step-2" / "state.weights.h5"),
+    "truncated_npz": lambda d: truncate(d / "step-2" / "random.npz"),
+    "bad_progress_json": lambda d: (d / "step-2" / "progress.json").write_text("{"),
+    "missing_folder": lambda d: shutil.rmtree(d / "step-2"),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGES.values(), ids=DAMAGES.keys())
+def test_a_damaged_latest_backup_falls_back_to_the_previous_one_and_says_so(
+    tiny_cait, tmp_path, damage
+):
+    model, first = two_backups(tiny_cait, tmp_path)
+    damage(tmp_path)
+
+    with pytest.warns(UserWarning, match=r"Resuming from the backup step-1 \(step 1\) .*step-2"):
+        assert ResumableBackup(tmp_path).restore(model) == 1
+
+    for got, want in zip(model.weights, first):
+        np.testing.assert_array_equal(np.array(got), want)
+
+
+def test_an_unreadable_latest_json_resumes_from_the_newest_complete_folder(tiny_cait, tmp_path):
+    model, first = two_backups(tiny_cait, tmp_path)
+    (tmp_path / "latest.json").write_text("not json")
+
+    with pytest.warns(UserWarning, match=r"step-2 \(step 2\).*latest.json is unreadable"):
+        assert ResumableBackup(tmp_path).restore(model) == 2
+
+
+def test_no_usable_backup_names_the_folder_and_how_to_start_over(tiny_cait, tmp_path):
+    model, _ = two_backups(tiny_cait, tmp_path)
+    truncate(tmp_path / "step-2" / "state.weights.h5")
+    shutil.rmtree(tmp_path / "step-1")
+
+    with pytest.raises(ValueError, match=r"No usable backup in .* step-2 is unreadable") as error:
+        ResumableBackup(tmp_path).restore(model)
+
+    assert f"rm -r {tmp_path}" in str(error.value)
+
+
+def test_a_changed_batch_size_is_refused(tiny_cait, tmp_path):
+    model = compiled(tiny_cait)
+    backup = ResumableBackup(tmp_path)
+    backup.set_model(model)
+    backup.plan = {"epochs": 3, "steps per epoch": 10, "global batch size": 64}
+    backup.step = 5
+    backup.save()
+
+    rerun = ResumableBackup(tmp_path)
+    rerun.plan = {"epochs": 3, "steps per epoch": 20, "global batch size": 32}
+    with pytest.raises(ValueError, match=r"another plan \(steps per epoch 10 then, 20 now; global "
+                                         r"batch size 64 then, 32 now\).*rm -r"):
+        rerun.restore(model)
+
+
+def test_fewer_epochs_than_the_backup_has_done_are_refused(tiny_cait, tmp_path):
+    model = compiled(tiny_cait)
+    backup = ResumableBackup(tmp_path)
+    backup.set_model(model)
+    backup.plan = {"epochs": 10, "steps per epoch": 4}
+    backup.step = 5 * 4 + 1
+    backup.save()
+
+    def no_data(step):
+        raise AssertionError("nothing may be trained")
+
+    with pytest.raises(ValueError, match=r"another plan \(epochs 10 then, 3 now\)"):
+        fit(model, no_data, epochs=3, steps_per_epoch=4, backup=ResumableBackup(tmp_path))
+
+
+def test_a_run_whose_backup_is_at_its_end_finishes_without_training(tiny_cait, tmp_path):
+    model = compiled(tiny_cait)
+    backup = ResumableBackup(tmp_path / "backup")
+    backup.set_model(model)
+    backup.plan = {"epochs": 2, "steps per epoch": 4}
+    backup.step = 2 * 4
+    backup.save()
+    saved = [np.array(v) for v in model.weights]
+    for variable in model.weights:
+        variable.assign(variable * 0.0)
+
+    def no_data(step):
+        raise AssertionError("nothing may be trained")
+
+    history = fit(model, no_data, epochs=2, steps_per_epoch=4,
+                  backup=ResumableBackup(tmp_path / "backup"))
+
+    assert history is None
+    assert not os.path.exists(tmp_path / "backup")
+    for got, want in zip(model.weights, saved):
+        np.testing.assert_array_equal(np.array(got), want)

@@ -1,0 +1,117 @@
+"""What a newcomer meets when something is wrong: one line naming the flag, never a traceback;
+and the files a run leaves, loadable the way Keras users expect."""
+
+import os
+import warnings
+import zipfile
+
+import keras
+import numpy as np
+import pytest
+
+from keras_cait.cli import main, runs
+
+
+def one_line_error(arguments):
+    with pytest.raises(SystemExit) as error:
+        main(arguments)
+    message = str(error.value.code)
+    assert "\n" not in message and "Traceback" not in message
+    return message
+
+
+@pytest.fixture
+def offline(monkeypatch, keras_cache):
+    """No cached weights, and the hub's address refuses connections (port 9, discard)."""
+    monkeypatch.setenv("KERAS_CAIT_HUB_URL", "http://127.0.0.1:9")
+
+
+@pytest.fixture
+def image(tmp_path):
+    path = tmp_path / "photo.jpg"
+    keras.utils.save_img(path, np.random.default_rng(0).integers(0, 256, (40, 50, 3)).astype("uint8"))
+    return str(path)
+
+
+def test_predict_offline_with_the_default_weights_names_the_weights_flag(offline, image):
+    message = one_line_error(["predict", image, "--model", "cait_xxs24_224"])
+    assert message.startswith("keras-cait predict: Could not download the ImageNet weights of cait_xxs24_224")
+    assert "--weights /path/to/model.safetensors" in message
+    assert "--weights none" in message
+    assert "weights='" not in message  # Python syntax is for the library, not the command line
+
+
+def test_predict_reads_the_images_before_building_the_model(monkeypatch, no_network, tmp_path):
+    import keras_cait.variants
+
+    monkeypatch.setattr(keras_cait.variants, "cait", lambda *a, **k: pytest.fail("model built"))
+    missing = str(tmp_path / "missing.jpg")
+    message = one_line_error(["predict", missing])
+    assert message == f"keras-cait predict: Image {missing!r} does not exist."
+
+
+def test_predict_of_a_truncated_jpeg_is_one_line_naming_the_file(image, tmp_path):
+    truncated = tmp_path / "truncated.jpg"
+    truncated.write_bytes(open(image, "rb").read()[:200])
+    message = one_line_error(["predict", str(truncated), "--weights", "none",
+                              "--model", "cait_xxs24_224"])
+    assert message.startswith(f"keras-cait predict: Cannot read image {str(truncated)!r}")
+
+
+@pytest.mark.parametrize("content", [b"", b"\x00" * 7, os.urandom(4096)], ids=["empty", "short", "random"])
+def test_a_weights_file_that_is_not_a_checkpoint_is_one_line_naming_the_flag(image, tmp_path, content):
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(content)
+    message = one_line_error(["predict", image, "--weights", str(weights), "--model", "cait_xxs24_224"])
+    assert message.startswith(f"keras-cait predict: --weights {weights}: ")
+
+
+def test_evaluate_of_a_missing_keras_model_names_the_flag(tmp_path, digits):
+    folder = digits(tmp_path / "digits", per_class=1)
+    message = one_line_error(["evaluate", "--model", str(tmp_path / "nope.keras"), "--data", folder])
+    assert message.startswith("keras-cait evaluate: --model ") and "no such file" in message
+
+
+def test_evaluate_takes_the_input_size_of_a_keras_model(tiny_cait, digits, tmp_path, capsys):
+    folder = digits(tmp_path / "digits", per_class=2)
+    model_path = str(tmp_path / "model.keras")
+    tiny_cait(classes=10).save(model_path)  # 32x32, not the default 224
+    report = runs.evaluate_run(runs.evaluate_parser().parse_args(["--model", model_path, "--data", folder]))
+    assert report["images"] == 20
+    message = one_line_error(["evaluate", "--model", model_path, "--data", folder, "--image-size", "64"])
+    assert "--image-size 64: the model takes 32x32 images" in message
+
+
+def test_jit_flag_help_says_what_the_default_does():
+    text = " ".join(runs.finetune_parser().format_help().split())
+    assert "--jit, --no-jit compile the training step with XLA (default: True)" in text
+
+
+def test_finetune_writes_models_without_optimizer_state_that_load_silently(
+    tiny_cait, digits, tmp_path, capsys, policy
+):
+    """best.keras and final.keras hold the architecture and the weights only: about the
+    size of the weights, no optimizer variables, and Keras loads them without warnings."""
+    folder = digits(tmp_path / "digits", per_class=4)
+    model_path = str(tmp_path / "pretrained.keras")
+    tiny_cait(classes=10).save(model_path)
+    output_dir = tmp_path / "run"
+    runs.finetune_run(runs.finetune_parser().parse_args([
+        "--model", model_path, "--data", folder, "--output-dir", str(output_dir),
+        "--batch-size", "8", "--precision", "mixed_float16", "--head-epochs", "1", "--epochs", "1",
+        "--val-fraction", "0.25", "--no-jit", "--verbose", "0",
+    ]))
+    printed = capsys.readouterr().out
+    assert "Stage 1 of 2: the new head alone" in printed and "Stage 2 of 2: the whole network" in printed
+    policy("float32")  # the run set mixed_float16; load as a user would
+    for name in ("best.keras", "final.keras"):
+        path = output_dir / name
+        with zipfile.ZipFile(path) as archive:
+            assert "optimizer" not in archive.read("config.json").decode()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model = keras.models.load_model(path)
+        assert not [str(w.message) for w in caught if "optimizer" in str(w.message)]
+        assert model.input_shape == (None, 32, 32, 3)  # the .keras model's own size
+        weights_bytes = sum(np.asarray(w).nbytes for w in model.weights)
+        assert path.stat().st_size < 1.5 * weights_bytes  # an AdamW state would triple it

@@ -1,0 +1,114 @@
+"""keras_cait.atomic: a write is all or nothing, an overwrite never leaves the destination
+missing, and the leftovers of killed writers are cleaned up by the next one."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from keras_cait import atomic
+
+ATOMIC_PY = atomic.__file__
+
+
+def dead_pid():
+    process = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                             capture_output=True, text=True, check=True)
+    return int(process.stdout)
+
+
+def write_version(folder, text):
+    os.makedirs(folder)
+    with open(os.path.join(folder, "saved_model.pb"), "w") as file:
+        file.write(text)
+
+
+def read_version(folder):
+    with open(os.path.join(folder, "saved_model.pb")) as file:
+        return file.read()
+
+
+def test_an_overwrite_never_leaves_the_folder_missing(tmp_path, monkeypatch):
+    target = str(tmp_path / "1")
+    write_version(target, "old")
+    seen = []
+
+    def watched(function):
+        def call(*args):
+            result = function(*args)
+            seen.append(os.path.isdir(target))
+            return result
+        return call
+
+    monkeypatch.setattr(atomic, "_exchange", watched(atomic._exchange))
+    monkeypatch.setattr(os, "replace", watched(os.replace))
+    with atomic.written_atomically(target) as temporary:
+        write_version(temporary, "new")
+
+    assert read_version(target) == "new"
+    assert seen and all(seen), "a moment without the version folder"
+    assert os.listdir(tmp_path) == ["1"]
+
+
+KILLED_BETWEEN_RENAMES = """
+import importlib.util, os, sys
+spec = importlib.util.spec_from_file_location("atomic", sys.argv[1])
+atomic = importlib.util.module_from_spec(spec); spec.loader.exec_module(atomic)
+atomic._exchange = lambda new, path: False  # a file system without RENAME_EXCHANGE
+replace = os.replace
+def replace_then_die(source, destination):
+    replace(source, destination)
+    os._exit(9)  # SIGKILL-like: no finally, no cleanup
+os.replace = replace_then_die
+with atomic.written_atomically(sys.argv[2]) as temporary:
+    os.makedirs(temporary)
+    open(os.path.join(temporary, "saved_model.pb"), "w").write("new")
+"""
+
+
+def test_without_the_atomic_exchange_a_kill_between_renames_is_undone_by_the_next_writer(tmp_path):
+    target = str(tmp_path / "1")
+    write_version(target, "old")
+
+    killed = subprocess.run([sys.executable, "-c", KILLED_BETWEEN_RENAMES, ATOMIC_PY, target])
+
+    assert killed.returncode == 9
+    assert not os.path.exists(target), "the fallback's window: the old folder moved aside"
+    assert atomic.remove_stale_partials(str(tmp_path))
+    assert read_version(target) == "old"
+    assert os.listdir(tmp_path) == ["1"]
+
+
+def test_leftovers_of_dead_or_long_silent_writers_are_removed(tmp_path):
+    dead = f".1.partial-{dead_pid()}-abc123"
+    running = f".2.partial-{os.getppid()}-abc123"  # pytest's parent: alive
+    silent = f".3.partial-{os.getppid()}-def456"
+    for name in (dead, running, silent):
+        write_version(str(tmp_path / name / name.split(".")[1]), "half")
+    file = f".model.partial-{dead_pid()}-xyz.safetensors"
+    (tmp_path / file).write_bytes(b"half a download")
+    unrelated = ".hidden-but-not-ours"
+    (tmp_path / unrelated).mkdir()
+    two_days_ago = time.time() - 2 * 24 * 3600
+    os.utime(tmp_path / silent, (two_days_ago, two_days_ago))
+
+    with atomic.written_atomically(str(tmp_path / "4")) as temporary:
+        write_version(temporary, "new")
+
+    assert sorted(os.listdir(tmp_path)) == sorted([running, unrelated, "4"])
+
+
+@pytest.mark.parametrize("overwrite", [True, False])
+def test_a_failed_write_leaves_the_old_one_and_no_leftover(tmp_path, overwrite):
+    target = str(tmp_path / "1")
+    write_version(target, "old")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        with atomic.written_atomically(target, overwrite) as temporary:
+            write_version(temporary, "half")
+            raise RuntimeError("disk full")
+
+    assert read_version(target) == "old"
+    assert os.listdir(tmp_path) == ["1"]

@@ -1,0 +1,148 @@
+"""keras_cait.evaluation_transform against timm's evaluation transform for CaiT's checkpoints."""
+
+import io
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from keras_cait.evaluation_transform import (
+    MAX_PIXELS,
+    crop_geometry,
+    decode_image,
+    evaluation_transform,
+    header_size,
+)
+from keras_cait.preprocessing import load_image
+from tests.export.helpers import png_header
+
+# (size, crop_pct): CaiT's 224 and 1.0, DeiT's 0.875, a small side, and non-square targets
+# in both orientations (timm keeps the aspect ratio and crops the centre).
+TARGETS = [(224, 1.0), (224, 0.875), (64, 1.0), ((96, 160), 1.0), ((160, 96), 1.0)]
+
+
+def variants(image):
+    """Real photographs of several sizes and aspect ratios, from one 427×640 photo."""
+    return {
+        "landscape 427x640": image,
+        "portrait 400x180": image[10:410, 200:380],
+        "wide 90x500": image[200:290, 50:550],
+        "small 45x61 (upsampled)": np.asarray(Image.fromarray(image).resize((61, 45), Image.BICUBIC)),
+        "square 256x256": np.asarray(Image.fromarray(image[:, 100:527]).resize((256, 256), Image.BICUBIC)),
+    }
+
+
+@pytest.fixture(scope="module")
+def photo_files(tmp_path_factory):
+    """{name: path} of JPEG and PNG files made from scikit-learn's two sample photographs."""
+    from sklearn.datasets import load_sample_images
+
+    folder = tmp_path_factory.mktemp("photos")
+    files = {}
+    for photo_name, photo in zip(("china", "flower"), load_sample_images().images):
+        for name, pixels in variants(photo).items():
+            for image_format in ("JPEG", "PNG"):
+                path = folder / f"{photo_name} {name}.{image_format.lower()}"
+                Image.fromarray(pixels).save(path, image_format, quality=90)
+                files[path.name] = path
+    return files
+
+
+def timm_evaluation(path, size, crop_pct):
+    """timm's eval transform with CaiT's pretrained config, at `size` and `crop_pct`, as uint8 HWC."""
+    import timm
+    from timm.data import create_transform, resolve_data_config
+
+    height, width = (size, size) if isinstance(size, int) else size
+    config = resolve_data_config(
+        {"input_size": (3, height, width), "crop_pct": crop_pct},
+        pretrained_cfg=timm.models.get_pretrained_cfg("cait_xxs24_224").to_dict(),
+    )
+    assert config["interpolation"] == "bicubic" and config["crop_mode"] == "center"
+    transform = create_transform(**config, normalize=False)
+    return transform(Image.open(path).convert("RGB")).numpy().transpose(1, 2, 0).astype("float32")
+
+
+@pytest.mark.parametrize("size, crop_pct", TARGETS, ids=str)
+def test_pixels_are_timms_up_to_bicubic_rounding(photo_files, size, crop_pct):
+    for name, path in photo_files.items():
+        expected = timm_evaluation(path, size, crop_pct)
+        got = load_image(path, size, crop_pct)
+        assert got.shape == expected.shape, name
+        difference = np.abs(got - expected)
+        # TF's antialiased bicubic is PIL's kernel computed in float32 and rounded once; PIL
+        # rounds to uint8 between its two passes. Measured on these photos: mean 0.17-0.23
+        # levels, 99th percentile 1 (max 13, next to saturated edges when upsampling). A crop
+        # one pixel off gives a mean of ~10, a bilinear or non-antialiased resize 1-2.5.
+        assert difference.mean() <= 0.3, (name, difference.mean())
+        assert np.percentile(difference, 99) <= 1, (name, np.percentile(difference, 99))
+
+
+def test_jpeg_is_decoded_as_pil_decodes_it(photo_files):
+    for name, path in photo_files.items():
+        if name.endswith(".jpeg"):
+            expected = np.asarray(Image.open(path).convert("RGB"))
+            np.testing.assert_array_equal(decode_image(path.read_bytes()).numpy(), expected, err_msg=name)
+
+
+def test_geometry_is_torchvisions_resize_and_timms_resize_keep_ratio():
+    from timm.data.transforms import ResizeKeepRatio
+    from torchvision import transforms
+
+    sizes = [(h, w) for h in range(1, 60, 3) for w in range(1, 60, 4)] + [(135, 270), (270, 135), (375, 500)]
+    for side in (32, 224):
+        resize = transforms.Resize(side)
+        for height, width in sizes:
+            # torchvision computes the longer side as int(side * long / short): 135x270 -> 448.
+            expected_width, expected_height = resize(Image.new("L", (width, height))).size
+            got = [int(x) for x in crop_geometry(height, width, side)]
+            assert got[:2] == [expected_height, expected_width], (height, width, side)
+            assert got[2:] == [round((expected_height - side) / 2), round((expected_width - side) / 2)]
+    for target in ((96, 160), (160, 96)):
+        for height, width in sizes:
+            expected = ResizeKeepRatio.get_params(Image.new("L", (width, height)), target, longest=0.0)
+            got = [int(x) for x in crop_geometry(height, width, target)]
+            assert got[:2] == list(expected), (height, width, target)
+
+
+def test_only_the_crop_is_resized_so_a_thin_image_stays_small():
+    # Resizing then cropping would make a 224 x 33,600 image; the window is the same pixels.
+    image = np.random.default_rng(0).integers(0, 256, (4, 600, 3)).astype("float32")
+    height, width, top, left = (int(x) for x in crop_geometry(4, 600, 224))
+    whole = tf.image.resize(image, (height, width), "bicubic", antialias=True)[top : top + 224, left : left + 224]
+    got = evaluation_transform(image, 224).numpy()
+    np.testing.assert_array_less(np.abs(got - np.clip(np.round(whole), 0, 255)), 1.01)
+
+    # The 99-byte 1 x 5000 PNG that a whole-image resize turns into 224 x 1,120,000 x 3 floats.
+    encoded = io.BytesIO()
+    Image.new("RGB", (1, 5000), (200, 30, 90)).save(encoded, "PNG")
+    got = evaluation_transform(decode_image(encoded.getvalue()), 224).numpy()
+    assert got.shape == (224, 224, 3)
+    np.testing.assert_array_equal(got, np.broadcast_to([200, 30, 90], got.shape))
+
+
+def test_header_sizes_of_every_format_and_the_pixel_limit():
+    pixels = np.zeros((37, 51, 3), np.uint8)
+    for image_format in ("JPEG", "PNG", "GIF", "BMP"):
+        encoded = io.BytesIO()
+        Image.fromarray(pixels).save(encoded, image_format)
+        assert [int(x) for x in header_size(encoded.getvalue())] == [37, 51], image_format
+    assert [int(x) for x in header_size(png_header(20_000, 9_000))] == [9_000, 20_000]
+
+    side = int(MAX_PIXELS**0.5) + 1
+    with pytest.raises(tf.errors.InvalidArgumentError, match=f"{side}x{side} pixels; at most 89,478,485"):
+        decode_image(png_header(side, side))
+
+
+def test_load_image_errors_name_the_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="missing.jpg"):
+        load_image(tmp_path / "missing.jpg")
+    (tmp_path / "notes.jpg").write_text("not an image")
+    with pytest.raises(ValueError, match=r"Cannot read image .*notes.jpg.*JPEG, PNG, GIF or BMP expected"):
+        load_image(tmp_path / "notes.jpg")
+    (tmp_path / "bomb.png").write_bytes(png_header(20_000, 9_000))
+    with pytest.raises(ValueError, match=r"bomb.png' is 9000x20000 pixels; at most 89,478,485 .* Downscale"):
+        load_image(tmp_path / "bomb.png")
+    with pytest.raises(ValueError, match=r"crop_pct=1.5: must be in \(0, 1\]"):
+        crop_geometry(10, 10, 224, crop_pct=1.5)

@@ -1,0 +1,48 @@
+"""What `import keras_cait` loads, and that no module of keras_cait imports private APIs."""
+
+import ast
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "keras_cait"
+REPOSITORY = str(PACKAGE.parent)
+TENSORFLOW_MODULES = ["keras_cait.training", "keras_cait.export", "keras_cait.evaluation_transform", "keras_cait.cli"]
+
+
+def loaded_modules(code, backend):
+    """sys.modules after running `code` in a fresh Python on `backend`."""
+    script = f"import json, sys\n{code}\nprint(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env={"KERAS_BACKEND": backend, "PYTHONPATH": REPOSITORY, "TF_CPP_MIN_LOG_LEVEL": "3",
+             "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return set(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def test_import_keras_cait_loads_only_inference():
+    modules = loaded_modules("import keras_cait\nkeras_cait.CaiT_XXS24", "jax")
+    assert "keras_cait.variants" in modules
+    assert [name for name in modules if name.split(".")[:2] in ([*m.split(".")] for m in TENSORFLOW_MODULES)] == []
+    # On JAX nothing of keras_cait needs TensorFlow.
+    assert "tensorflow" not in modules
+
+
+def test_training_and_the_exporters_load_on_first_use():
+    modules = loaded_modules("import keras_cait\nkeras_cait.training.adamw\nkeras_cait.export_onnx", "tensorflow")
+    assert {"keras_cait.training", "keras_cait.training.optimizer", "keras_cait.export"} <= modules
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_private_keras_or_tensorflow_import(path):
+    tree = ast.parse(path.read_text())
+    imported = [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
+    imported += [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+    private = [name for name in imported if name.startswith(("keras.src", "tensorflow.python"))]
+    assert private == [], f"{path.name} imports private APIs {private}; use keras.* / tf.* public APIs"
