@@ -241,14 +241,21 @@ def _output_dir(args, distribution):
     return os.path.join(args.output_dir, "workers", str(distribution.worker_index))
 
 
-def _compile(model, args, peak, epochs, steps, warmup_epochs=0, warmup_start=0.0):
-    learning_rate = schedule.warmup_cosine(
-        peak,
-        total_steps=epochs * steps,
-        warmup_steps=round(warmup_epochs * steps),
-        warmup_start=warmup_start,
-        minimum=min(args.min_lr, peak),
-    )
+def _compile(model, args, peak, epochs, steps, warmup_epochs=0, warmup_start=0.0, per_epoch=False):
+    # per_epoch: DeiT's schedule (timm's CosineLRScheduler); else the per-step
+    # variant of the short transfer recipe.
+    if per_epoch:
+        learning_rate = schedule.EpochCosine(
+            peak, epochs, steps, warmup_epochs, warmup_start, minimum=min(args.min_lr, peak)
+        )
+    else:
+        learning_rate = schedule.warmup_cosine(
+            peak,
+            total_steps=epochs * steps,
+            warmup_steps=round(warmup_epochs * steps),
+            warmup_start=warmup_start,
+            minimum=min(args.min_lr, peak),
+        )
     model.compile(
         optimizer=optimizer.adamw(
             model,
@@ -328,7 +335,7 @@ def train_run(args):
         peak = schedule.scaled_learning_rate(global_batch, args.lr)
         _compile(
             model, args, peak, args.epochs, steps,
-            warmup_epochs=args.warmup_epochs, warmup_start=args.warmup_lr,
+            warmup_epochs=args.warmup_epochs, warmup_start=args.warmup_lr, per_epoch=True,
         )
     _announce(distribution, args, global_batch, steps, peak)
     _train(model, args, train, _validation(args, validation, global_batch), distribution,

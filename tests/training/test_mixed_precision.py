@@ -148,9 +148,9 @@ def test_residual_stream_and_layer_scale_stay_float32_like_torch_autocast(half, 
 
 
 @pytest.mark.parametrize("half", HALF_POLICIES)
-def test_stream_between_blocks_is_float32_in_a_built_model(half, policy, small_cait):
+def test_stream_between_blocks_is_float32_in_a_built_model(half, policy, tiny_cait):
     policy(half)
-    model = small_cait(classes=4)
+    model = tiny_cait(classes=4)
     for name in ("position_embedding", "self_attention_block_0", "self_attention_block_1",
                  "class_token", "class_attention_block_0", "class_attention_block_1"):
         output = model.get_layer(name).output
