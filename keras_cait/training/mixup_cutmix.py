@@ -128,14 +128,15 @@ class MixupCutmix(BaseImagePreprocessingLayer):
             return {"use_cutmix": use_cutmix, "box": xp.zeros((4,)), "lambda": xp.ones(())}
 
         cut = xp.sqrt(1.0 - cast(cutmix_lambda, "float32"))
-        half_height = xp.floor(xp.floor(height * cut) / 2)
-        half_width = xp.floor(xp.floor(width * cut) / 2)
+        cut_height, cut_width = xp.floor(height * cut), xp.floor(width * cut)
         row, column = xp.floor(centre[0] * height), xp.floor(centre[1] * width)
+        # An odd side puts its extra pixel after the centre, as timm's rand_bbox
+        # (cy - cut_h // 2 to cy + (cut_h + 1) // 2).
         box = xp.stack([
-            xp.clip(row - half_height, 0, height),
-            xp.clip(row + half_height, 0, height),
-            xp.clip(column - half_width, 0, width),
-            xp.clip(column + half_width, 0, width),
+            xp.clip(row - xp.floor(cut_height / 2), 0, height),
+            xp.clip(row + xp.floor((cut_height + 1) / 2), 0, height),
+            xp.clip(column - xp.floor(cut_width / 2), 0, width),
+            xp.clip(column + xp.floor((cut_width + 1) / 2), 0, width),
         ])
         pasted = (box[1] - box[0]) * (box[3] - box[2]) / (height * width)
         box = xp.where(use_cutmix, box, xp.zeros((4,)))
