@@ -21,6 +21,7 @@ from keras_cait.layers import (
     StochasticDepth,
     TalkingHeadsAttention,
 )
+from keras_cait.layers.initializers import linear_kernel
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -29,18 +30,26 @@ POOLING_MODES = (None, "token", "avg")
 
 
 def float32_if_mixed(policy):
-    """The dtype policy of LayerNorm and the head: "float32" under a mixed policy, else `policy`.
+    """The dtype policy of the residual stream, LayerNorm and head: "float32" under a mixed
+    policy, else the name of `policy`.
 
     Under "mixed_float16" / "mixed_bfloat16" the matmuls run in half precision
     while the normalisation statistics, their gamma/beta and the logits stay in
     float32, as torch.autocast keeps them in the reference's AMP training.
     """
     policy = keras.dtype_policies.get(policy)
-    return "float32" if policy.compute_dtype != policy.variable_dtype else policy
+    return "float32" if policy.compute_dtype != policy.variable_dtype else policy.name
 
 
 class _ResidualBlock(keras.layers.Layer):
-    """What both CaiT blocks share: x + SD(λ_1 · attention) then x + SD(λ_2 · MLP)."""
+    """What both CaiT blocks share: x + SD(λ_1 · attention) then x + SD(λ_2 · MLP).
+
+    Under a mixed policy the residual stream x, the LayerScale multiply and the
+    residual adds stay float32 while the attention and MLP matmuls run in half
+    precision, as in timm under torch.autocast (its gamma is a float32 parameter,
+    so gamma × branch and x + ... are float32). A half-precision stream would
+    round away the 1e-5-scaled updates of the blocks at their initialisation.
+    """
 
     attention_class = None
 
@@ -60,9 +69,16 @@ class _ResidualBlock(keras.layers.Layer):
         self.drop_path_rate = float(drop_path_rate)
         self.qkv_bias = bool(qkv_bias)
 
+    @property
+    def input_dtype(self):
+        # The stream enters in the variables' dtype (float32 under a mixed policy)
+        # rather than being cast to the half compute dtype.
+        return self.dtype_policy.variable_dtype
+
     def build(self, input_shape):
         channels = input_shape[-1]
         policy = self.dtype_policy
+        stream_policy = float32_if_mixed(policy)
 
         def norm(name):
             return keras.layers.LayerNormalization(
@@ -74,17 +90,25 @@ class _ResidualBlock(keras.layers.Layer):
             self.num_heads, qkv_bias=self.qkv_bias, name="attention", dtype=policy
         )
         self.attention_layer_scale = LayerScale(
-            self.init_values, name="attention_layer_scale", dtype=policy
+            self.init_values, name="attention_layer_scale", dtype=stream_policy
         )
         self.mlp_norm = norm("mlp_norm")
         # activation="gelu" is keras.activations.gelu: the exact (erf) form.
         self.mlp_dense_1 = keras.layers.Dense(
-            int(channels * self.mlp_ratio), activation="gelu", name="mlp_dense_1", dtype=policy
+            int(channels * self.mlp_ratio),
+            activation="gelu",
+            kernel_initializer=linear_kernel(),
+            name="mlp_dense_1",
+            dtype=policy,
         )
-        self.mlp_dense_2 = keras.layers.Dense(channels, name="mlp_dense_2", dtype=policy)
-        self.mlp_layer_scale = LayerScale(self.init_values, name="mlp_layer_scale", dtype=policy)
+        self.mlp_dense_2 = keras.layers.Dense(
+            channels, kernel_initializer=linear_kernel(), name="mlp_dense_2", dtype=policy
+        )
+        self.mlp_layer_scale = LayerScale(
+            self.init_values, name="mlp_layer_scale", dtype=stream_policy
+        )
         self.stochastic_depth = StochasticDepth(
-            self.drop_path_rate, name="stochastic_depth", dtype=policy
+            self.drop_path_rate, name="stochastic_depth", dtype=stream_policy
         )
 
         token_shape = (None, None, channels)
@@ -135,7 +159,7 @@ class SelfAttentionBlock(_ResidualBlock):
         return input_shape
 
     def compute_output_spec(self, patches, training=None, return_attention_scores=False):
-        output = keras.KerasTensor(patches.shape, dtype=self.compute_dtype)
+        output = keras.KerasTensor(patches.shape, dtype=self.input_dtype)
         if not return_attention_scores:
             return output
         batch, tokens = patches.shape[0], patches.shape[1]
@@ -179,7 +203,7 @@ class ClassAttentionBlock(_ResidualBlock):
 
     def compute_output_spec(self, inputs, training=None, return_attention_scores=False):
         patches, class_token = inputs
-        output = keras.KerasTensor(class_token.shape, dtype=self.compute_dtype)
+        output = keras.KerasTensor(class_token.shape, dtype=self.input_dtype)
         if not return_attention_scores:
             return output
         tokens = None if patches.shape[1] is None else 1 + patches.shape[1]
@@ -339,7 +363,10 @@ def build_cait(
             name="preprocessing",
         )(x)
     x = PatchEmbedding(embed_dim, patch_size, name="patch_embedding")(x)
-    patches = PositionEmbedding(grid_size, name="position_embedding")(x)
+    # Under mixed precision the residual stream is float32 from here on (the
+    # position embedding and class token are float32 parameters in timm's AMP).
+    stream_dtype = float32_if_mixed(keras.config.dtype_policy())
+    patches = PositionEmbedding(grid_size, name="position_embedding", dtype=stream_dtype)(x)
 
     # === Self-attention stage ===
     block_args = dict(num_heads=num_heads, mlp_ratio=mlp_ratio, init_values=init_values)
@@ -349,7 +376,7 @@ def build_cait(
         )(patches)
 
     # === Class-attention stage ===
-    class_token = ClassToken(name="class_token")(patches)
+    class_token = ClassToken(name="class_token", dtype=stream_dtype)(patches)
     for i in range(class_attention_depth):
         class_token = ClassAttentionBlock(**block_args, name=f"class_attention_block_{i}")(
             [patches, class_token]
@@ -357,7 +384,7 @@ def build_cait(
 
     # === Head ===
     # Under mixed precision the final norm, the logits and the outputs stay float32.
-    head_dtype = float32_if_mixed(keras.config.dtype_policy())
+    head_dtype = stream_dtype
     final_norm = keras.layers.LayerNormalization(
         epsilon=LAYER_NORM_EPSILON, name="final_norm", dtype=head_dtype
     )
@@ -377,7 +404,11 @@ def build_cait(
 
     if include_top:
         outputs = keras.layers.Dense(
-            classes, activation=classifier_activation, name="predictions", dtype=head_dtype
+            classes,
+            activation=classifier_activation,
+            kernel_initializer=linear_kernel(),
+            name="predictions",
+            dtype=head_dtype,
         )(features)
     else:
         outputs = features

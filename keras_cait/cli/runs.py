@@ -16,6 +16,7 @@ import keras
 from keras_cait.atomic import written_atomically
 from keras_cait.model import build_cait
 from keras_cait.training import augment, distribute, optimizer, resume, schedule, sources, stream, transfer
+from keras_cait.training.distillation import DISTILLATION_TYPES, Distiller
 from keras_cait.cli.errors import fail, load_keras_model, weights_errors
 from keras_cait.training.callbacks import run_callbacks, save_model
 from keras_cait.variants import cait
@@ -24,6 +25,13 @@ PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 # The fine-tuning rates are given for the default batch of one device, as in
 # Keras' transfer-learning guide (Adam 1e-3 for the head, 1e-5 for everything).
 FINETUNE_REFERENCE_BATCH = 64
+# DeiT's fine-tuning at a higher resolution (facebookresearch/deit README, "--input-size
+# 384 --lr 5e-6 --weight-decay 1e-8 --epochs 30 --min-lr 5e-6"; the rate is for a
+# global batch of 512), with DeiT's training augmentation and warmup.
+DEIT_HIGHRES = dict(lr=5e-6, weight_decay=1e-8, epochs=30, min_lr=5e-6, head_epochs=0,
+                    warmup_epochs=schedule.WARMUP_EPOCHS, warmup_lr=schedule.WARMUP_LEARNING_RATE,
+                    mixup=0.8, cutmix=1.0, randaugment=9, reprob=0.25, repeated_aug=3, model_ema=True)
+RECIPES = ("transfer", "deit-highres")
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -111,12 +119,29 @@ def _add_optimizer_arguments(parser, full_recipe):
                             "LayerScale, pos_embed, cls_token)")
     group.add_argument("--clip-grad", type=float, default=None, help="gradient norm clipping")
     group.add_argument("--model-ema", action=argparse.BooleanOptionalAction, default=full_recipe,
-                       help="keep a moving average of the weights; the final model gets it")
+                       help="keep a moving average of the weights, saved as ema.keras; best.keras "
+                            "and final.keras keep the raw weights (DeiT)")
     group.add_argument("--model-ema-decay", type=float, default=optimizer.EMA_MOMENTUM,
                        help="EMA decay per step")
     group.add_argument("--min-lr", type=float,
                        default=schedule.MIN_LEARNING_RATE if full_recipe else 0.0,
                        help="learning rate at the end of the cosine")
+
+
+def _add_distillation_arguments(parser):
+    group = parser.add_argument_group(
+        "distillation (DeiT's; the paper: a RegNetY-16GF teacher, hard distillation)"
+    )
+    group.add_argument("--teacher",
+                       help="the teacher: a .keras model file or a keras.applications model "
+                            "name (e.g. RegNetY160, with Keras' ImageNet weights); it sees the "
+                            "student's 0..255 training batches and must predict the same classes")
+    group.add_argument("--distillation-type", choices=DISTILLATION_TYPES, default="none",
+                       help="hard: cross-entropy with the teacher's class; soft: KL at --distillation-tau")
+    group.add_argument("--distillation-alpha", type=float, default=0.5,
+                       help="weight of the distillation term")
+    group.add_argument("--distillation-tau", type=float, default=1.0,
+                       help="temperature of soft distillation")
 
 
 def train_parser():
@@ -141,6 +166,7 @@ def train_parser():
     group.add_argument("--warmup-lr", type=float, default=schedule.WARMUP_LEARNING_RATE,
                        help="rate at the first step")
     _add_optimizer_arguments(parser, full_recipe=True)
+    _add_distillation_arguments(parser)
     _add_augmentation_arguments(parser, full_recipe=True)
     return parser
 
@@ -172,6 +198,15 @@ def finetune_parser():
                        help="peak learning rate of the fine-tuning epochs (cosine decay) for a "
                             "global batch of 64 (scaled linearly with the batch)")
     _add_optimizer_arguments(parser, full_recipe=False)
+    _add_distillation_arguments(parser)
+    parser.add_argument("--recipe", choices=RECIPES, default="transfer",
+                        help="transfer: the two stages above; deit-highres: DeiT's fine-tuning at a "
+                             "higher resolution (lr 5e-6 per 512 images, weight decay 1e-8, 30 "
+                             "epochs, min lr 5e-6, 5 warmup epochs, per-epoch cosine, DeiT's "
+                             "augmentation and EMA, no head stage); flags given override it")
+    parser.add_argument("--warmup-epochs", type=float, default=0.0,
+                        help="linear warmup epochs of the whole-network stage")
+    parser.add_argument("--warmup-lr", type=float, default=0.0, help="rate at the first warmup step")
     _add_augmentation_arguments(parser, full_recipe=False)
     return parser
 
@@ -242,14 +277,21 @@ def _output_dir(args, distribution):
     return os.path.join(args.output_dir, "workers", str(distribution.worker_index))
 
 
-def _compile(model, args, peak, epochs, steps, warmup_epochs=0, warmup_start=0.0):
-    learning_rate = schedule.warmup_cosine(
-        peak,
-        total_steps=epochs * steps,
-        warmup_steps=round(warmup_epochs * steps),
-        warmup_start=warmup_start,
-        minimum=min(args.min_lr, peak),
-    )
+def _compile(model, args, peak, epochs, steps, warmup_epochs=0, warmup_start=0.0, per_epoch=False):
+    # per_epoch: DeiT's schedule (timm's CosineLRScheduler); else the per-step
+    # variant of the short transfer recipe.
+    if per_epoch:
+        learning_rate = schedule.EpochCosine(
+            peak, epochs, steps, warmup_epochs, warmup_start, minimum=min(args.min_lr, peak)
+        )
+    else:
+        learning_rate = schedule.warmup_cosine(
+            peak,
+            total_steps=epochs * steps,
+            warmup_steps=round(warmup_epochs * steps),
+            warmup_start=warmup_start,
+            minimum=min(args.min_lr, peak),
+        )
     model.compile(
         optimizer=optimizer.adamw(
             model,
@@ -260,9 +302,43 @@ def _compile(model, args, peak, epochs, steps, warmup_epochs=0, warmup_start=0.0
             ema_momentum=args.model_ema_decay,
         ),
         loss=keras.losses.CategoricalCrossentropy(),
-        metrics=_metrics(model.output_shape[-1]),
+        metrics=_metrics(getattr(model, "student", model).output_shape[-1]),
         jit_compile="auto" if args.jit_compile else False,
     )
+
+
+def _teacher(command, args, num_classes):
+    """The frozen teacher of `--teacher`, or None without distillation."""
+    if args.distillation_type == "none":
+        if args.teacher:
+            raise fail(command, f"--teacher {args.teacher} is given but --distillation-type "
+                                     "is none; add --distillation-type hard (the paper's) or soft.")
+        return None
+    if not args.teacher:
+        raise fail(command, f"--distillation-type {args.distillation_type} needs a teacher: "
+                                 "--teacher PATH.keras or a keras.applications name, e.g. RegNetY160.")
+    if args.teacher.endswith(".keras"):
+        teacher = load_keras_model(command, args.teacher)
+    elif hasattr(keras.applications, args.teacher):
+        teacher = getattr(keras.applications, args.teacher)(weights="imagenet")
+    else:
+        raise fail(command, f"--teacher {args.teacher}: neither a .keras file nor a "
+                                 "keras.applications model; e.g. RegNetY160 or teacher.keras.")
+    if teacher.output_shape[-1] != num_classes:
+        raise fail(command, f"--teacher {args.teacher} predicts {teacher.output_shape[-1]} "
+                                 f"classes but the data has {num_classes}; give a teacher "
+                                 "trained on the same classes.")
+    return teacher
+
+
+def _fitted(model, args, teacher):
+    """What `fit` trains: the model, or a `Distiller` of it from the teacher."""
+    if teacher is None:
+        return model
+    # A softmax head gives probabilities; anything else is taken as logits.
+    softmax = getattr(teacher.layers[-1], "activation", None) is keras.activations.softmax
+    return Distiller(model, teacher, args.distillation_type, args.distillation_alpha,
+                     args.distillation_tau, teacher_from_logits=not softmax)
 
 
 def _train(model, args, train, validation, distribution, epochs, output_dir, backup_name, seed):
@@ -318,7 +394,7 @@ def _announce(distribution, args, global_batch, steps, peak):
 
 
 def train_run(args):
-    """Trains `args.model` from scratch; writes best.keras and final.keras."""
+    """Trains `args.model` from scratch; writes best.keras, final.keras (and ema.keras)."""
     _configure(args)
     distribution = distribute.distribution(args.strategy)
     train, validation = _sources(args)
@@ -327,20 +403,44 @@ def train_run(args):
     output_dir = _output_dir(args, distribution)
     with distribution.scope():
         model = _new_model(args, train.num_classes)
+        fitted = _fitted(model, args, _teacher("train", args, train.num_classes))
         peak = schedule.scaled_learning_rate(global_batch, args.lr)
         _compile(
-            model, args, peak, args.epochs, steps,
-            warmup_epochs=args.warmup_epochs, warmup_start=args.warmup_lr,
+            fitted, args, peak, args.epochs, steps,
+            warmup_epochs=args.warmup_epochs, warmup_start=args.warmup_lr, per_epoch=True,
         )
     _announce(distribution, args, global_batch, steps, peak)
-    _train(model, args, train, _validation(args, validation, global_batch), distribution,
+    _train(fitted, args, train, _validation(args, validation, global_batch), distribution,
            args.epochs, output_dir, "train", args.seed)
     save_model(model, os.path.join(output_dir, "final.keras"))
     return model
 
 
-def _load_backbone(args):
-    """A CaiT without head at `args.image_size`: a variant with its weights, or a .keras model."""
+def _apply_recipe(args):
+    """`--recipe deit-highres`: DeiT's values for every flag left at its default."""
+    if args.recipe != "deit-highres":
+        return
+    parser = finetune_parser()
+    for name, value in DEIT_HIGHRES.items():
+        if getattr(args, name) == parser.get_default(name):
+            setattr(args, name, value)
+
+
+def _classifier(args, num_classes):
+    """The model to fine-tune: the loaded one with its own head when it predicts `num_classes`
+    classes and the recipe keeps heads (deit-highres, as DeiT's --finetune), else a new head."""
+    keep_head = args.recipe == "deit-highres"
+    backbone = _load_backbone(args, keep_head)
+    if keep_head and backbone.output_shape[-1] == num_classes and transfer.HEAD_NAME in [
+        layer.name for layer in backbone.layers
+    ]:
+        return backbone
+    return transfer.with_new_head(backbone, num_classes, name="cait_finetuned")
+
+
+def _load_backbone(args, keep_head=False):
+    """A CaiT at `args.image_size`: a variant with its weights, or a .keras model; without
+    its head unless `keep_head`."""
     if args.model.endswith(".keras"):
         model = load_keras_model("finetune", args.model)
         if args.image_size is None:
@@ -351,8 +451,9 @@ def _load_backbone(args):
     args.image_size = args.image_size or 224
     weights = None if args.weights.lower() == "none" else args.weights
     with weights_errors("finetune", weights):
+        head = dict(include_top=True) if keep_head else dict(include_top=False, pooling="token")
         return cait(
-            args.model, include_top=False, pooling="token", weights=weights,
+            args.model, **head, weights=weights,
             input_shape=(args.image_size, args.image_size, 3), drop_path_rate=args.drop_path,
         )
 
@@ -366,7 +467,8 @@ def _square_side(command, model):
 
 
 def finetune_run(args):
-    """Fine-tunes a CaiT on new classes; writes head.weights.h5, best.keras and final.keras."""
+    """Fine-tunes a CaiT; writes head.weights.h5, best.keras, final.keras (and ema.keras)."""
+    _apply_recipe(args)
     _configure(args)
     distribution = distribute.distribution(args.strategy)
     train, validation = _sources(args)
@@ -375,11 +477,15 @@ def finetune_run(args):
     output_dir = _output_dir(args, distribution)
     head_weights = os.path.join(output_dir, "head.weights.h5")
 
+    highres = args.recipe == "deit-highres"
+
     def scaled(rate):
-        return schedule.scaled_learning_rate(global_batch, rate, FINETUNE_REFERENCE_BATCH)
+        reference = schedule.REFERENCE_BATCH_SIZE if highres else FINETUNE_REFERENCE_BATCH
+        return schedule.scaled_learning_rate(global_batch, rate, reference)
 
     with distribution.scope():
-        model = transfer.with_new_head(_load_backbone(args), train.num_classes, name="cait_finetuned")
+        model = _classifier(args, train.num_classes)
+        teacher = _teacher("finetune", args, train.num_classes)
     validation = _validation(args, validation, global_batch)  # at the backbone's size
     _announce(distribution, args, global_batch, steps, scaled(args.lr))
     if args.head_epochs:
@@ -400,8 +506,10 @@ def finetune_run(args):
         print(f"Stage 2 of 2: the whole network, {args.epochs} epoch(s)", flush=True)
         transfer.set_backbone_trainable(model, True)
         with distribution.scope():
-            _compile(model, args, scaled(args.lr), args.epochs, steps)
-        _train(model, args, train, validation, distribution, args.epochs,
+            fitted = _fitted(model, args, teacher)
+            _compile(fitted, args, scaled(args.lr), args.epochs, steps, args.warmup_epochs,
+                     args.warmup_lr, per_epoch=highres)
+        _train(fitted, args, train, validation, distribution, args.epochs,
                output_dir, "full", args.seed + 1)
     save_model(model, os.path.join(output_dir, "final.keras"))
     return model

@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_cait.layers.initializers import linear_kernel
+
 
 @keras.saving.register_keras_serializable(package="keras_cait")
 class ClassAttention(keras.layers.Layer):
@@ -49,12 +51,19 @@ class ClassAttention(keras.layers.Layer):
             )
         for name in ("query", "key", "value"):
             dense = keras.layers.Dense(
-                channels, use_bias=self.qkv_bias, name=name, dtype=self.dtype_policy
+                channels,
+                use_bias=self.qkv_bias,
+                kernel_initializer=linear_kernel(),
+                name=name,
+                dtype=self.dtype_policy,
             )
             dense.build(input_shape)
             setattr(self, name, dense)
         self.output_projection = keras.layers.Dense(
-            channels, name="output_projection", dtype=self.dtype_policy
+            channels,
+            kernel_initializer=linear_kernel(),
+            name="output_projection",
+            dtype=self.dtype_policy,
         )
         self.output_projection.build(input_shape)
 

@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_cait.layers.initializers import linear_kernel
+
 
 @keras.saving.register_keras_serializable(package="keras_cait")
 class ClassToken(keras.layers.Layer):
@@ -28,7 +30,7 @@ class ClassToken(keras.layers.Layer):
         self.token = self.add_weight(
             name="token",
             shape=(1, 1, input_shape[-1]),
-            initializer=keras.initializers.TruncatedNormal(stddev=0.02),
+            initializer=linear_kernel(),
         )
 
     def call(self, inputs):

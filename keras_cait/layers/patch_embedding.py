@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_cait.layers.initializers import torch_default_uniform
+
 
 @keras.saving.register_keras_serializable(package="keras_cait")
 class PatchEmbedding(keras.layers.Layer):
@@ -33,10 +35,14 @@ class PatchEmbedding(keras.layers.Layer):
         self.patch_size = int(patch_size)
 
     def build(self, input_shape):
+        # PyTorch's default init, which timm's CaiT keeps for this convolution.
+        fan_in = self.patch_size * self.patch_size * input_shape[-1]
         self.projection = keras.layers.Conv2D(
             self.embed_dim,
             self.patch_size,
             strides=self.patch_size,
+            kernel_initializer=torch_default_uniform(fan_in),
+            bias_initializer=torch_default_uniform(fan_in),
             name="projection",
             dtype=self.dtype_policy,
         )

@@ -6,6 +6,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_cait.layers.initializers import linear_kernel
+
 _BICUBIC_A = -0.75  # the cubic-convolution constant of PyTorch's bicubic mode
 
 
@@ -102,7 +104,7 @@ class PositionEmbedding(keras.layers.Layer):
         self.embeddings = self.add_weight(
             name="embeddings",
             shape=(1, rows * cols, input_shape[-1]),
-            initializer=keras.initializers.TruncatedNormal(stddev=0.02),
+            initializer=linear_kernel(),
         )
 
     def call(self, inputs):

@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_cait.layers.initializers import linear_kernel
+
 
 @keras.saving.register_keras_serializable(package="keras_cait")
 class TalkingHeadsAttention(keras.layers.Layer):
@@ -48,16 +50,29 @@ class TalkingHeadsAttention(keras.layers.Layer):
             )
         heads = self.num_heads
         self.qkv = keras.layers.Dense(
-            3 * channels, use_bias=self.qkv_bias, name="qkv", dtype=self.dtype_policy
+            3 * channels,
+            use_bias=self.qkv_bias,
+            kernel_initializer=linear_kernel(),
+            name="qkv",
+            dtype=self.dtype_policy,
         )
         self.pre_softmax_head_mix = keras.layers.Dense(
-            heads, name="pre_softmax_head_mix", dtype=self.dtype_policy
+            heads,
+            kernel_initializer=linear_kernel(),
+            name="pre_softmax_head_mix",
+            dtype=self.dtype_policy,
         )
         self.post_softmax_head_mix = keras.layers.Dense(
-            heads, name="post_softmax_head_mix", dtype=self.dtype_policy
+            heads,
+            kernel_initializer=linear_kernel(),
+            name="post_softmax_head_mix",
+            dtype=self.dtype_policy,
         )
         self.output_projection = keras.layers.Dense(
-            channels, name="output_projection", dtype=self.dtype_policy
+            channels,
+            kernel_initializer=linear_kernel(),
+            name="output_projection",
+            dtype=self.dtype_policy,
         )
         self.qkv.build(input_shape)
         self.pre_softmax_head_mix.build((None, heads))

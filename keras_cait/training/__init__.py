@@ -4,7 +4,9 @@ The runs that put them together (`keras-cait train | finetune | evaluate`)
 are applications, in `keras_cait.cli.runs`.
 
     optimizer.adamw           AdamW, weight decay 0.05 off biases/norms/LayerScale/pos_embed/cls_token
-    schedule.warmup_cosine    linear warmup then cosine; scaled_learning_rate: 5e-4 × batch / 512
+    schedule.EpochCosine      timm's CosineLRScheduler per epoch; scaled_learning_rate: 5e-4 × batch / 512
+    schedule.warmup_cosine    a per-step warmup + cosine for short runs
+    Distiller                 DeiT's hard/soft distillation from any frozen Keras teacher, in model.fit
     RandomResizedCrop         Inception crop (Keras preprocessing layer)
     MixupCutmix               mixup/cutmix switch, one λ per batch, soft smoothed labels
     augment.Augmentation      the whole per-image and per-batch augmentation with DeiT's defaults
@@ -15,21 +17,25 @@ are applications, in `keras_cait.cli.runs`.
     distribute                MirroredStrategy / MultiWorkerMirroredStrategy / DataParallel
 """
 
-from keras_cait.training import augment, distribute, resume, schedule, transfer
+from keras_cait.training import augment, distillation, distribute, resume, schedule, transfer
 from keras_cait.training.augment import Augmentation, rand_augment, random_erasing
+from keras_cait.training.distillation import Distiller
 from keras_cait.training.mixup_cutmix import MixupCutmix
 from keras_cait.training.optimizer import adamw, weight_decay_exclusions
 from keras_cait.training.random_resized_crop import RandomResizedCrop
-from keras_cait.training.schedule import scaled_learning_rate, warmup_cosine
+from keras_cait.training.schedule import EpochCosine, scaled_learning_rate, warmup_cosine
 from keras_cait.training.transfer import at_resolution, set_backbone_trainable, with_new_head
 
 __all__ = [
     "Augmentation",
+    "Distiller",
+    "EpochCosine",
     "MixupCutmix",
     "RandomResizedCrop",
     "adamw",
     "at_resolution",
     "augment",
+    "distillation",
     "distribute",
     "rand_augment",
     "random_erasing",

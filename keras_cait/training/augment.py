@@ -9,9 +9,11 @@ runs it in tf.data.
 import dataclasses
 
 import keras
+import tensorflow as tf
 
 from keras_cait.model import IMAGENET_MEAN, IMAGENET_STD
 from keras_cait.training.mixup_cutmix import MixupCutmix
+from keras_cait.training.random_erasing import erasing_box
 from keras_cait.training.random_resized_crop import RandomResizedCrop
 
 # The rotation range of timm's RandAugment at magnitude 10 (rotate: ±30°).
@@ -37,29 +39,26 @@ def rand_augment(magnitude=9, num_ops=2, seed=None):
     )
 
 
-def random_erasing(probability=0.25, seed=None):
-    """timm's `RandomErasing(mode="pixel")` on 0..255 images, from Keras core's `RandomErasing`.
+def random_erasing(probability=0.25):
+    """timm's `RandomErasing(probability, mode="pixel")` on 0..255 images (DeiT `--reprob 0.25`).
 
-    timm erases a box of each image with probability `probability` (DeiT
-    `--reprob 0.25 --remode pixel`) after normalisation, filling it with N(0, 1)
-    noise per pixel. Keras' layer fills with N(0, 1) × `value_range[1]`, so it
-    runs here on ImageNet-normalised pixels with `value_range=(0, 1)` and the
-    result is mapped back to 0..255. Keras draws the box sides independently
-    (area 2%..33% of the image, as timm's default scale).
+    timm erases after the ImageNet normalisation, filling the box with N(0, 1)
+    noise; our stream normalises inside the model, so the noise is mapped to
+    0..255 (`noise × std + mean`, unclipped) and the other pixels stay exactly
+    as they are. See `random_erasing.erasing_box` for the sampling and why
+    Keras core's `RandomErasing` cannot do it.
 
     Returns:
-        a function `images -> images` for `(H, W, 3)` or `(B, H, W, 3)` floats.
+        a function `(image (H, W, 3) float 0..255, stateless key (2,)) -> image`.
     """
     if not 0 <= probability <= 1:
         raise ValueError(f"probability={probability}: must be in [0, 1], e.g. 0.25.")
-    layer = keras.layers.RandomErasing(
-        factor=(probability, probability), fill_value=None, value_range=(0, 1), seed=seed
-    )
     mean = [255.0 * m for m in IMAGENET_MEAN]
     std = [255.0 * s for s in IMAGENET_STD]
 
-    def erase(images):
-        return layer((images - mean) / std) * std + mean
+    def erase(image, key):
+        mask, noise = erasing_box(tf.shape(image), key, probability)
+        return tf.where(mask, noise * std + mean, image)
 
     return erase
 

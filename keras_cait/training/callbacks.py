@@ -20,6 +20,7 @@ def save_model(model, path):
     path = os.fspath(path)
     if not path.endswith(".keras"):
         raise ValueError(f"path={path!r}: must end in .keras, e.g. best.keras.")
+    model = getattr(model, "student", model)  # a Distiller saves the model it trains
     # The same layers and variables in an uncompiled model of the same class: nothing copied.
     bare = type(model)(inputs=model.inputs, outputs=model.outputs, name=model.name)
     with written_atomically(path) as partial:
@@ -55,11 +56,39 @@ class BestModelCheckpoint(keras.callbacks.Callback):
             save_model(self.model, self.filepath)
 
 
+class MovingAverageFile(keras.callbacks.Callback):
+    """DeiT's EMA semantics: the model keeps its trained (raw) weights, the average gets its own file.
+
+    With `use_ema=True` Keras' `fit` replaces the weights by the optimizer's
+    moving average when it ends. DeiT evaluates and picks the best model on the
+    raw weights and keeps the average apart (`model_ema`); here the average is
+    saved to `filepath` (e.g. ema.keras) and the raw weights are put back.
+    """
+
+    def __init__(self, filepath):
+        super().__init__()
+        self.filepath = os.fspath(filepath)
+        self.raw = None
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.raw = [keras.ops.copy(w.value) for w in self.model.trainable_weights]
+
+    def on_train_end(self, logs=None):
+        optimizer = getattr(self.model.optimizer, "inner_optimizer", self.model.optimizer)
+        if self.raw is None or not getattr(optimizer, "use_ema", False):
+            return
+        save_model(self.model, self.filepath)
+        for variable, value in zip(self.model.trainable_weights, self.raw):
+            variable.assign(value)
+
+
 def run_callbacks(output_dir, backup_dir, backup_every, monitor="val_accuracy"):
     """Callbacks of `scripts/train.py` and `scripts/finetune.py` writing under `output_dir`.
 
     - `best.keras`: the model with the best `monitor` so far (`BestModelCheckpoint`;
-      the lowest value for a loss, else the highest);
+      the lowest value for a loss, else the highest), on the raw weights;
+    - `ema.keras`: with an EMA optimizer, the moving average at the end
+      (`MovingAverageFile`), while the model keeps its raw weights;
     - `logs/`: TensorBoard scalars of the losses and metrics per epoch;
     - `backup_dir`: a `ResumableBackup` every `backup_every` steps.
 
@@ -78,4 +107,5 @@ def run_callbacks(output_dir, backup_dir, backup_every, monitor="val_accuracy"):
     )
     backup = ResumableBackup(backup_dir, save_freq=backup_every, checkpoints=[checkpoint])
     tensorboard = keras.callbacks.TensorBoard(os.path.join(output_dir, "logs"))
-    return [checkpoint, tensorboard], backup
+    moving_average = MovingAverageFile(os.path.join(output_dir, "ema.keras"))
+    return [checkpoint, tensorboard, moving_average], backup

@@ -44,14 +44,15 @@ def transformation_from_draws(
         return {"use_cutmix": use_cutmix, "box": ops.zeros((4,)), "lambda": ops.ones(())}
 
     cut = ops.sqrt(1.0 - ops.cast(cutmix_lambda, "float32"))
-    half_height = ops.floor(ops.floor(height * cut) / 2)
-    half_width = ops.floor(ops.floor(width * cut) / 2)
+    cut_height, cut_width = ops.floor(height * cut), ops.floor(width * cut)
     row, column = ops.floor(centre[0] * height), ops.floor(centre[1] * width)
+    # An odd side puts its extra pixel after the centre, as timm's rand_bbox
+    # (cy - cut_h // 2 to cy + (cut_h + 1) // 2).
     box = ops.stack([
-        ops.clip(row - half_height, 0, height),
-        ops.clip(row + half_height, 0, height),
-        ops.clip(column - half_width, 0, width),
-        ops.clip(column + half_width, 0, width),
+        ops.clip(row - ops.floor(cut_height / 2), 0, height),
+        ops.clip(row + ops.floor((cut_height + 1) / 2), 0, height),
+        ops.clip(column - ops.floor(cut_width / 2), 0, width),
+        ops.clip(column + ops.floor((cut_width + 1) / 2), 0, width),
     ])
     pasted = (box[1] - box[0]) * (box[3] - box[2]) / (height * width)
     box = ops.where(use_cutmix, box, ops.zeros((4,)))

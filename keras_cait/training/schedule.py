@@ -1,6 +1,13 @@
-"""DeiT/CaiT's learning rate: linear scaling with the batch, linear warmup, cosine decay."""
+"""DeiT/CaiT's learning rate: linear scaling with the batch, linear warmup, cosine decay.
+
+    EpochCosine      timm's CosineLRScheduler, one rate per epoch (the recipe's)
+    warmup_cosine    a per-step variant for short runs (Keras' CosineDecay)
+"""
+
+import math
 
 import keras
+from keras import ops
 
 # DeiT main.py defaults (facebookresearch/deit): --lr 5e-4 for a batch of 512,
 # --warmup-lr 1e-6, --min-lr 1e-5, --warmup-epochs 5; CaiT trains 400 epochs.
@@ -41,8 +48,10 @@ def warmup_cosine(
         lr(t) = minimum + (peak - minimum) (1 + cos(π (t - W) / (T - W))) / 2   t >= W
 
     with W = `warmup_steps`, T = `total_steps`; after T it stays at `minimum`.
-    It is Keras core's `CosineDecay` with `warmup_target`. DeiT updates the rate
-    once per epoch (timm's CosineLRScheduler); this one moves every step.
+    It is Keras core's `CosineDecay` with `warmup_target`. It differs from
+    DeiT's schedule (`EpochCosine`, timm's CosineLRScheduler), which moves once
+    per epoch and lays the warmup over the cosine instead of before it; use it
+    for short runs (a few epochs) where one rate per epoch is too coarse.
 
     Args:
         peak: the rate reached after warmup, e.g. `scaled_learning_rate(batch)`.
@@ -65,3 +74,73 @@ def warmup_cosine(
         warmup_target=peak if warmup_steps else None,
         warmup_steps=warmup_steps,
     )
+
+
+@keras.saving.register_keras_serializable(package="keras_cait")
+class EpochCosine(keras.optimizers.schedules.LearningRateSchedule):
+    """timm's `CosineLRScheduler` as DeiT/CaiT train with it: one rate per epoch.
+
+    For epoch e = ⌊step / steps_per_epoch⌋ of a run of T epochs, W of warmup:
+
+        lr(e) = warmup_start + (peak - warmup_start) e / W                e < W
+        lr(e) = minimum + (peak - minimum) (1 + cos(π e / T)) / 2          W <= e < T
+        lr(e) = minimum                                                   e >= T
+
+    The warmup is overlaid on the cosine (timm's `warmup_prefix=False`): the
+    cosine is over all T epochs, not the T - W after the warmup. Epoch e gets
+    `scheduler._get_lr(e)`, as timm's train.py steps it (`step(epoch + 1)` at
+    the end of each epoch). (DeiT's main.py calls `step(epoch)` there, so its
+    epoch e > 0 runs at lr(e - 1).)
+
+    Args:
+        peak: the rate after the warmup, e.g. `scaled_learning_rate(batch)`.
+        epochs: T, timm's `t_initial` (DeiT `--epochs`).
+        steps_per_epoch: optimizer steps per epoch.
+        warmup_epochs: W (DeiT `--warmup-epochs 5`).
+        warmup_start: the rate of epoch 0 (DeiT `--warmup-lr 1e-6`).
+        minimum: the final rate (DeiT `--min-lr 1e-5`).
+    """
+
+    def __init__(
+        self,
+        peak,
+        epochs,
+        steps_per_epoch,
+        warmup_epochs=WARMUP_EPOCHS,
+        warmup_start=WARMUP_LEARNING_RATE,
+        minimum=MIN_LEARNING_RATE,
+    ):
+        if epochs <= 0 or steps_per_epoch <= 0 or not 0 <= warmup_epochs < epochs:
+            raise ValueError(
+                f"epochs={epochs}, steps_per_epoch={steps_per_epoch}, warmup_epochs="
+                f"{warmup_epochs}: need positive epochs and steps and 0 <= warmup_epochs < "
+                "epochs, e.g. 300, 2502 and 5."
+            )
+        if not 0 <= minimum <= peak:
+            raise ValueError(f"minimum={minimum}, peak={peak}: need 0 <= minimum <= peak.")
+        self.peak = float(peak)
+        self.epochs = int(epochs)
+        self.steps_per_epoch = int(steps_per_epoch)
+        self.warmup_epochs = float(warmup_epochs)
+        self.warmup_start = float(warmup_start)
+        self.minimum = float(minimum)
+
+    def __call__(self, step):
+        epoch = ops.floor(ops.cast(step, "float32") / self.steps_per_epoch)
+        warmup = self.warmup_start + (self.peak - self.warmup_start) * epoch / max(
+            self.warmup_epochs, 1.0
+        )
+        cosine = self.minimum + 0.5 * (self.peak - self.minimum) * (
+            1.0 + ops.cos(math.pi * ops.minimum(epoch, self.epochs) / self.epochs)
+        )
+        return ops.where(epoch < self.warmup_epochs, warmup, cosine)
+
+    def get_config(self):
+        return {
+            "peak": self.peak,
+            "epochs": self.epochs,
+            "steps_per_epoch": self.steps_per_epoch,
+            "warmup_epochs": self.warmup_epochs,
+            "warmup_start": self.warmup_start,
+            "minimum": self.minimum,
+        }

@@ -1,8 +1,8 @@
 """Training and evaluation streams (tf.data) of an image source.
 
 `training_stream` shuffles, decodes and augments a source's examples in
-parallel; every random draw except Keras' RandAugment and random erasing is a
-pure function of (seed, epoch, position), so a stream that starts at step k
+parallel; every random draw except Keras' RandAugment is a pure function of
+(seed, epoch, position), so a stream that starts at step k
 yields exactly the batches k, k+1, ... of one that started at 0, which is what
 lets a killed run resume bit for bit. `evaluation_dataset` applies the
 reference's evaluation transform (`keras_cait.evaluation_transform`).
@@ -160,7 +160,7 @@ def training_stream(
         rand_augment = augment.rand_augment(augmentation.rand_augment_magnitude, seed=seed)
     erase = None
     if augmentation.random_erasing:
-        erase = augment.random_erasing(augmentation.random_erasing, seed=seed)
+        erase = augment.random_erasing(augmentation.random_erasing)
     run_key = tf.constant([seed, 0], tf.int64)
     element_key, batch_key, shuffle_key = (
         tf.random.experimental.stateless_fold_in(run_key, purpose) for purpose in range(3)
@@ -171,7 +171,7 @@ def training_stream(
             example = load(*example) if isinstance(example, tuple) else load(example)
         encoded, label = example
         keys = tf.random.experimental.stateless_split(
-            tf.random.experimental.stateless_fold_in(element_key, index), 2
+            tf.random.experimental.stateless_fold_in(element_key, index), 3
         )
         image = decode_image(encoded)
         uniforms = tf.random.stateless_uniform((1, ATTEMPTS, 4), keys[0])
@@ -187,7 +187,7 @@ def training_stream(
         if rand_augment is not None:
             image = rand_augment(image)
         if erase is not None:
-            image = erase(image)
+            image = erase(image, keys[2])
         return image, label
 
     def mix_batch(step, images, labels):

@@ -3,6 +3,7 @@
 import keras
 
 from keras_cait.layers import PatchEmbedding, PositionEmbedding
+from keras_cait.layers.initializers import linear_kernel
 from keras_cait.layers.position_embedding import resize_position_embedding
 from keras_cait.model import float32_if_mixed
 
@@ -15,8 +16,8 @@ def with_new_head(model, classes, classifier_activation="softmax", name=None):
 
     `model` is a CaiT with or without its head (`include_top=False` with
     `pooling="token"` or `"avg"`); its layers are shared, not copied. The new
-    Dense head `predictions` is float32 under mixed precision, like the
-    original one.
+    Dense head `predictions` is float32 under mixed precision and initialised
+    like the original one (N(0, 0.02²) weights, zero bias, as DeiT's fine-tuning).
 
     Example:
         >>> backbone = keras_cait.CaiT_XXS24(include_top=False, pooling="token")
@@ -40,6 +41,7 @@ def with_new_head(model, classes, classifier_activation="softmax", name=None):
     head = keras.layers.Dense(
         classes,
         activation=classifier_activation,
+        kernel_initializer=linear_kernel(),
         name=HEAD_NAME,
         dtype=float32_if_mixed(keras.config.dtype_policy()),
     )

@@ -99,3 +99,59 @@ def test_jit_compiled_training_and_inference_under_mixed_precision(policy, tiny_
     losses = [float(model.train_on_batch(images(), y)) for _ in range(2)]
     assert np.all(np.isfinite(losses))
     assert not np.allclose(model.predict(images(), verbose=0), eager)
+
+
+def _block_update(block_class, policy_name, stream, weights=None):
+    """(block's output − its input) as float32, and the block's weights."""
+    from keras_cait.model import ClassAttentionBlock
+
+    keras.mixed_precision.set_global_policy(policy_name)
+    block = block_class(num_heads=4, init_values=1e-5)
+    if block_class is ClassAttentionBlock:
+        inputs = [stream, stream[:, :1]]
+        block.build([stream.shape, stream[:, :1].shape])
+        residual = stream[:, :1]
+    else:
+        inputs = stream
+        block.build(stream.shape)
+        residual = stream
+    if weights is not None:
+        block.set_weights(weights)
+    output = block(inputs)
+    update = keras.ops.convert_to_numpy(keras.ops.cast(output, "float32")) - residual
+    return keras.backend.standardize_dtype(output.dtype), update, block.get_weights()
+
+
+@pytest.mark.parametrize("half", HALF_POLICIES)
+@pytest.mark.parametrize("kind", ["self_attention", "class_attention"])
+def test_residual_stream_and_layer_scale_stay_float32_like_torch_autocast(half, kind, policy):
+    """timm under torch.autocast: gamma is a float32 parameter, so `x + gamma * branch` is
+    float32 although the branch's matmuls ran in half. A block at its 1e-5 LayerScale
+    init adds an update ~1e-5 of the stream: in a half-precision stream it would vanish
+    (bfloat16 keeps 8 bits), so most elements would come out unchanged."""
+    from keras_cait.model import ClassAttentionBlock, SelfAttentionBlock
+
+    block_class = SelfAttentionBlock if kind == "self_attention" else ClassAttentionBlock
+    # std 0.5: a fresh model's stream after the patch embedding has std ~0.58
+    # (768 inputs of std ~1 times weights of std 1/sqrt(3 * 768)).
+    stream = np.random.default_rng(0).normal(0, 0.5, size=(2, 16, 64)).astype("float32")
+    keras.utils.set_random_seed(0)
+    _, expected, weights = _block_update(block_class, "float32", stream)
+    dtype, update, _ = _block_update(block_class, half, stream, weights)
+
+    assert np.mean(update != 0) >= 0.9
+    relative = np.linalg.norm(update - expected) / np.linalg.norm(expected)
+    assert relative <= 5e-2
+    assert dtype == "float32"
+    # ... and the branch really ran in half precision.
+    assert relative > 1e-5
+
+
+@pytest.mark.parametrize("half", HALF_POLICIES)
+def test_stream_between_blocks_is_float32_in_a_built_model(half, policy, tiny_cait):
+    policy(half)
+    model = tiny_cait(classes=4)
+    for name in ("position_embedding", "self_attention_block_0", "self_attention_block_1",
+                 "class_token", "class_attention_block_0", "class_attention_block_1"):
+        output = model.get_layer(name).output
+        assert keras.backend.standardize_dtype(output.dtype) == "float32", name

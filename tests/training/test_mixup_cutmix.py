@@ -101,3 +101,44 @@ def test_bad_arguments_are_explained():
         MixupCutmix(CLASSES, mixup_alpha=-1)
     with pytest.raises(ValueError, match="label_smoothing=1.5"):
         MixupCutmix(CLASSES, label_smoothing=1.5)
+
+
+@pytest.mark.parametrize(
+    "switch, lam, cy, cx",
+    [(0.2, 0.7, 5, 9), (0.2, 0.3, 0, 19), (0.2, 0.05, 11, 0), (0.2, 0.999, 6, 10),
+     (0.8, 0.7, 0, 0), (0.8, 0.1, 0, 0)],
+    ids=["cutmix", "cutmix-corner", "cutmix-large-box", "cutmix-empty-box", "mixup", "mixup-low"],
+)
+def test_same_images_and_targets_as_timms_mixup_for_the_same_draws(monkeypatch, switch, lam, cy, cx):
+    """timm's `Mixup` (DeiT's settings, mode="batch") with its numpy draws scripted, and
+    ours given the same draws: the switch, λ and the box centre (cy, cx)."""
+    torch = pytest.importorskip("torch")
+    from timm.data.mixup import Mixup
+
+    height, width, size = 12, 20, 4
+    rng = np.random.default_rng(0)
+    images = rng.normal(size=(size, height, width, 3)).astype("float32")
+    labels = np.array([3, 1, 4, 1])
+
+    draws = iter([0.0, switch])  # mix_prob, then cutmix-or-mixup
+    centre = iter([cy, cx])
+    monkeypatch.setattr(np.random, "rand", lambda: next(draws))
+    monkeypatch.setattr(np.random, "beta", lambda a, b: lam)
+    monkeypatch.setattr(np.random, "randint", lambda low, high, size=None: next(centre))
+    reference = Mixup(mixup_alpha=0.8, cutmix_alpha=1.0, switch_prob=0.5, mode="batch",
+                      label_smoothing=SMOOTHING, num_classes=CLASSES)
+    timm_images, timm_targets = reference(
+        torch.from_numpy(images.transpose(0, 3, 1, 2).copy()), torch.from_numpy(labels)
+    )
+    monkeypatch.undo()
+
+    mix = MixupCutmix(CLASSES, mixup_alpha=0.8, cutmix_alpha=1.0, switch_prob=0.5,
+                      label_smoothing=SMOOTHING)
+    transformation = mix.transformation_from_draws(
+        switch, lam, lam, tf.constant([(cy + 0.5) / height, (cx + 0.5) / width]), height, width
+    )
+    ours = mix.transform_images(tf.constant(images), transformation).numpy()
+    targets = mix.transform_labels(tf.constant(labels), transformation).numpy()
+
+    np.testing.assert_allclose(ours, timm_images.numpy().transpose(0, 2, 3, 1), atol=1e-6)
+    np.testing.assert_allclose(targets, timm_targets.numpy(), atol=1e-6)

@@ -120,3 +120,26 @@ def test_deit_defaults_and_unbuilt_model_error():
     assert optimizer.use_ema and optimizer.ema_momentum == 0.99996
     with pytest.raises(ValueError, match="no variables yet; build it first"):
         adamw(keras.Sequential([keras.layers.Dense(2)]), 1e-3)
+
+
+def test_decay_set_is_timms_param_groups_weight_decay(tiny_cait):
+    """timm's own grouping of timm's CaiT (with CaiT's no_weight_decay), mapped onto our
+    variables through the checkpoint key map, excludes exactly what we exclude."""
+    timm_models = pytest.importorskip("timm.models.cait")
+    from timm.optim import param_groups_weight_decay
+
+    from keras_cait.weights.convert import timm_key_map
+
+    reference = timm_models.Cait(img_size=32, embed_dim=64, depth=2, num_heads=4,
+                                 init_values=0.1, num_classes=10)
+    groups = param_groups_weight_decay(
+        reference, weight_decay=0.05, no_weight_decay_list=reference.no_weight_decay()
+    )
+    names = {id(parameter): name for name, parameter in reference.named_parameters()}
+    timm_no_decay = {names[id(p)] for g in groups if g["weight_decay"] == 0 for p in g["params"]}
+
+    model = tiny_cait(classes=10)
+    by_timm_name = {key: variable for key, variable, _ in timm_key_map(model)}
+    assert set(by_timm_name) == set(names.values())
+    ours = {variable.path for variable in weight_decay_exclusions(model)}
+    assert ours == {by_timm_name[name].path for name in timm_no_decay}

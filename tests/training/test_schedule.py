@@ -55,3 +55,37 @@ def test_bad_lengths_are_explained():
         warmup_cosine(1e-3, total_steps=50, warmup_steps=50)
     with pytest.raises(ValueError, match="need 0 <= minimum <= peak"):
         warmup_cosine(1e-5, total_steps=100, warmup_steps=5, minimum=1e-3)
+
+
+@pytest.mark.parametrize("epochs, warmup", [(300, 5), (30, 5), (12, 0)])
+def test_epoch_cosine_is_timms_cosine_lr_scheduler_per_epoch(epochs, warmup):
+    """DeiT's settings against timm's own scheduler, stepped as timm's train.py steps it."""
+    torch = pytest.importorskip("torch")
+    from timm.scheduler import CosineLRScheduler
+
+    from keras_cait.training.schedule import EpochCosine
+
+    peak, steps = 1e-3, 7
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.AdamW([parameter], lr=peak)
+    reference = CosineLRScheduler(
+        optimizer, t_initial=epochs, lr_min=1e-5, warmup_t=warmup, warmup_lr_init=1e-6,
+        cycle_limit=1, t_in_epochs=True,
+    )
+    ours = EpochCosine(peak, epochs, steps, warmup_epochs=warmup)
+    for epoch in range(epochs + 3):
+        timm_rate = optimizer.param_groups[0]["lr"]
+        for step in (epoch * steps, epoch * steps + steps - 1):
+            value = float(keras.ops.convert_to_numpy(ours(step)))
+            assert value == pytest.approx(timm_rate, rel=1e-5, abs=1e-12), (epoch, step)
+        reference.step(epoch + 1)
+
+
+def test_epoch_cosine_config_round_trip_and_errors():
+    from keras_cait.training.schedule import EpochCosine
+
+    schedule = EpochCosine(1e-3, 10, 5, warmup_epochs=2)
+    clone = EpochCosine.from_config(schedule.get_config())
+    assert float(clone(23)) == pytest.approx(float(schedule(23)))
+    with pytest.raises(ValueError, match="warmup_epochs=10"):
+        EpochCosine(1e-3, 10, 5, warmup_epochs=10)

@@ -1,0 +1,110 @@
+"""Knowledge distillation as DeiT trains with it (facebookresearch/deit `losses.py`).
+
+All ten released CaiT checkpoints (`fb_dist_in1k`) were distilled: the paper
+trains with DeiT's hard distillation from a RegNetY-16GF teacher (82.9 % top-1).
+CaiT has no distillation token, so its one class-token output serves both terms.
+The teacher's weights are the user's to supply: any Keras model that maps the
+same input batch to class scores (give `teacher_preprocessing` if it expects
+other inputs than the student's 0..255 images).
+
+    loss = (1 - α) · base(y, s) + α · D(s, t)
+    D_soft = τ² · Σ KL(softmax(t / τ) ‖ softmax(s / τ)) / (batch · classes)
+    D_hard = cross_entropy(s, argmax t)
+
+with s, t the student's and teacher's scores, `base` the compiled loss (the
+cross-entropy on the mixup/cutmix soft targets). DeiT divides the soft term by
+batch × classes (PyTorch's legacy KL reduction), which is kept here.
+"""
+
+import keras
+from keras import ops
+
+DISTILLATION_TYPES = ("none", "soft", "hard")
+
+
+def _log_probabilities(scores, from_logits, tau=1.0):
+    """log softmax(logits / τ); from probabilities p, log p differs from the logits by a
+    per-row constant, which the softmax removes."""
+    scores = ops.cast(scores, "float32")
+    logits = scores if from_logits else ops.log(ops.maximum(scores, 1e-30))
+    return ops.log_softmax(logits / tau, axis=-1)
+
+
+def distillation_term(student, teacher, distillation_type, tau=1.0,
+                      student_from_logits=True, teacher_from_logits=True):
+    """DeiT's distillation term D(s, t) (see the module docstring); a float32 scalar."""
+    if distillation_type == "hard":
+        teacher_class = ops.argmax(teacher, axis=-1)
+        log_student = _log_probabilities(student, student_from_logits)
+        picked = ops.take_along_axis(log_student, teacher_class[:, None], axis=-1)
+        return -ops.mean(picked)
+    log_student = _log_probabilities(student, student_from_logits, tau)
+    log_teacher = _log_probabilities(teacher, teacher_from_logits, tau)
+    divergence = ops.sum(ops.exp(log_teacher) * (log_teacher - log_student))
+    return divergence * (tau * tau) / ops.cast(ops.size(log_student), "float32")
+
+
+class Distiller(keras.Model):
+    """Trains `student` with DeiT's distillation from a frozen `teacher`, from `model.fit`.
+
+    The loss is `(1 - alpha) · compiled loss + alpha · D(student, teacher)` (see
+    the module docstring); it is computed in `compute_loss`, which `fit` calls
+    on every backend. The teacher is frozen and runs in inference mode on
+    `teacher_preprocessing(images)`; predictions, metrics and evaluation are the
+    student's. Save `distiller.student`, the model being trained.
+
+    Args:
+        student: the model to train (e.g. a CaiT).
+        teacher: any Keras model giving class scores for the same classes.
+        distillation_type: "hard" (the paper's), "soft" or "none".
+        alpha: weight of the distillation term (DeiT `--distillation-alpha 0.5`).
+        tau: temperature of the soft term (DeiT `--distillation-tau 1.0`).
+        teacher_preprocessing: optional function from the student's input batch
+            to the teacher's (resizing, another normalisation, ...).
+        student_from_logits, teacher_from_logits: whether the outputs are
+            logits (else probabilities, e.g. a softmax head).
+
+    Example:
+        >>> distiller = Distiller(keras_cait.CaiT_S24(weights=None), teacher)
+        >>> distiller.compile(optimizer=adamw(distiller.student, lr),
+        ...                   loss="categorical_crossentropy")
+        >>> distiller.fit(stream, epochs=300)
+    """
+
+    def __init__(self, student, teacher, distillation_type="hard", alpha=0.5, tau=1.0,
+                 teacher_preprocessing=None, student_from_logits=False,
+                 teacher_from_logits=False, **kwargs):
+        super().__init__(**kwargs)
+        if distillation_type not in DISTILLATION_TYPES:
+            raise ValueError(
+                f"distillation_type={distillation_type!r}: must be one of {DISTILLATION_TYPES} "
+                "(DeiT's --distillation-type), e.g. 'hard'."
+            )
+        if not 0 <= alpha <= 1 or tau <= 0:
+            raise ValueError(
+                f"alpha={alpha}, tau={tau}: need 0 <= alpha <= 1 and tau > 0, e.g. 0.5 and 1.0."
+            )
+        self.student = student
+        self.teacher = teacher
+        self.teacher.trainable = False
+        self.distillation_type = distillation_type
+        self.alpha = float(alpha)
+        self.tau = float(tau)
+        self.teacher_preprocessing = teacher_preprocessing
+        self.student_from_logits = bool(student_from_logits)
+        self.teacher_from_logits = bool(teacher_from_logits)
+
+    def call(self, inputs, training=None):
+        return self.student(inputs, training=training)
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        base = super().compute_loss(x, y, y_pred, sample_weight, training)
+        if self.distillation_type == "none" or not training:
+            return base  # DeiT evaluates with the plain cross-entropy
+        teacher_inputs = x if self.teacher_preprocessing is None else self.teacher_preprocessing(x)
+        teacher = ops.stop_gradient(self.teacher(teacher_inputs, training=False))
+        term = distillation_term(
+            y_pred, teacher, self.distillation_type, self.tau,
+            self.student_from_logits, self.teacher_from_logits,
+        )
+        return ops.cast(base, "float32") * (1.0 - self.alpha) + term * self.alpha

@@ -1,0 +1,52 @@
+"""`keras-cait finetune` with DeiT's options: a teacher, --recipe deit-highres, EMA in its own file."""
+
+import os
+
+import keras
+import numpy as np
+import pytest
+
+from keras_cait.cli import runs
+
+
+def weights(path):
+    return [np.asarray(w) for w in keras.models.load_model(path).weights]
+
+
+def test_deit_highres_finetune_distils_and_keeps_ema_apart(tiny_cait, digits, tmp_path):
+    data = digits(tmp_path / "digits", per_class=6)
+    student, teacher = str(tmp_path / "student.keras"), str(tmp_path / "teacher.keras")
+    tiny_cait(classes=10).save(student)
+    keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Flatten(),
+                      keras.layers.Dense(10, activation="softmax")]).save(teacher)
+    output = str(tmp_path / "run")
+    args = runs.finetune_parser().parse_args([
+        "--model", student, "--data", data, "--output-dir", output, "--batch-size", "12",
+        "--precision", "float32", "--no-jit", "--verbose", "0", "--recipe", "deit-highres",
+        "--epochs", "2", "--warmup-epochs", "1", "--model-ema-decay", "0.5", "--repeated-aug", "1",
+        "--teacher", teacher, "--distillation-type", "hard",
+    ])
+    runs._apply_recipe(args)
+    assert (args.lr, args.weight_decay, args.min_lr, args.head_epochs) == (5e-6, 1e-8, 5e-6, 0)
+    assert args.epochs == 2 and args.model_ema and args.reprob == 0.25  # given flags win
+    runs.finetune_run(args)
+
+    files = sorted(os.listdir(output))
+    assert {"best.keras", "final.keras", "ema.keras"} <= set(files), files
+    final, ema = weights(os.path.join(output, "final.keras")), weights(os.path.join(output, "ema.keras"))
+    # The student's own head was kept (same classes), nothing of the teacher was saved.
+    assert [w.shape for w in final] == [w.shape for w in weights(student)]
+    assert any(not np.array_equal(a, b) for a, b in zip(final, ema))
+    assert any(not np.array_equal(a, b) for a, b in zip(final, weights(student)))
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [(["--teacher", "x.keras"], "--distillation-type is none"),
+     (["--distillation-type", "soft"], "needs a teacher"),
+     (["--distillation-type", "soft", "--teacher", "NoSuchNet"], "neither a .keras file")],
+)
+def test_distillation_flags_are_checked(flags, message, tmp_path):
+    args = runs.train_parser().parse_args(["--data", "d", "--output-dir", str(tmp_path), *flags])
+    with pytest.raises(SystemExit, match=message):
+        runs._teacher("train", args, 10)

@@ -1,0 +1,124 @@
+"""Distillation against DeiT's `DistillationLoss` (facebookresearch/deit losses.py).
+
+timm does not ship DeiT's losses.py, so `deit_distillation_loss` below is its
+`forward`, written with the same torch.nn.functional calls as DeiT's code, for a
+model without a distillation token (the class-token output serves both terms); its
+base criterion is timm's own `SoftTargetCrossEntropy`, as DeiT's with mixup.
+"""
+
+import keras
+import numpy as np
+import pytest
+
+from keras_cait.training import adamw
+from keras_cait.training.distillation import Distiller
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+CLASSES = 10
+
+
+def deit_distillation_loss(outputs, teacher_outputs, labels, distillation_type, alpha, tau):
+    from timm.loss import SoftTargetCrossEntropy
+
+    outputs, teacher_outputs, labels = (torch.from_numpy(a) for a in (outputs, teacher_outputs, labels))
+    outputs_kd = outputs
+    base_loss = SoftTargetCrossEntropy()(outputs, labels)
+    if distillation_type == "none":
+        return float(base_loss)
+    if distillation_type == "soft":
+        T = tau
+        distillation_loss = F.kl_div(
+            F.log_softmax(outputs_kd / T, dim=1),
+            F.log_softmax(teacher_outputs / T, dim=1),
+            reduction="sum",
+            log_target=True,
+        ) * (T * T) / outputs_kd.numel()
+    elif distillation_type == "hard":
+        distillation_loss = F.cross_entropy(outputs_kd, teacher_outputs.argmax(dim=1))
+    return float(base_loss * (1 - alpha) + distillation_loss * alpha)
+
+
+def scores(seed, batch=8):
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(0, 3, (batch, CLASSES)).astype("float32")
+    targets = rng.dirichlet(np.full(CLASSES, 0.3), batch).astype("float32")  # mixup-like
+    return logits, targets
+
+
+def passthrough():
+    """A 'teacher' whose scores are its inputs, so the test chooses them."""
+    inputs = keras.Input((CLASSES,))
+    return keras.Model(inputs, keras.layers.Identity()(inputs))
+
+
+@pytest.mark.parametrize(
+    "distillation_type, alpha, tau",
+    [("hard", 0.5, 1.0), ("soft", 0.5, 1.0), ("soft", 0.3, 3.0), ("hard", 0.9, 1.0),
+     ("none", 0.5, 1.0)],
+)
+@pytest.mark.parametrize("from_logits", [True, False], ids=["logits", "probabilities"])
+def test_loss_is_deits_distillation_loss_on_the_same_logits(distillation_type, alpha, tau, from_logits):
+    student, targets = scores(0)
+    teacher, _ = scores(1)
+    expected = deit_distillation_loss(student, teacher, targets, distillation_type, alpha, tau)
+
+    to_output = (lambda z: z) if from_logits else (lambda z: keras.ops.softmax(z, axis=-1))
+    distiller = Distiller(
+        passthrough(), passthrough(), distillation_type, alpha, tau,
+        teacher_preprocessing=to_output,
+        student_from_logits=from_logits, teacher_from_logits=from_logits,
+    )
+    distiller.compile(loss=keras.losses.CategoricalCrossentropy(from_logits=from_logits))
+    distiller.build((None, CLASSES))
+    got = distiller.compute_loss(x=teacher, y=targets, y_pred=to_output(student), training=True)
+    assert float(got) == pytest.approx(expected, rel=1e-5)
+    # Evaluation is the plain cross-entropy, as DeiT's evaluate().
+    evaluated = distiller.compute_loss(x=teacher, y=targets, y_pred=to_output(student), training=False)
+    base = deit_distillation_loss(student, teacher, targets, "none", alpha, tau)
+    assert float(evaluated) == pytest.approx(base, rel=1e-5)
+
+
+def test_a_small_cait_learns_the_digits_from_a_small_frozen_teacher(tiny_cait):
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    images = np.kron(digits.images[:256, :, :, None], np.ones((1, 4, 4, 3))) * (255 / 16)
+    images = images.astype("float32")
+    labels = keras.utils.to_categorical(digits.target[:256], CLASSES)
+
+    keras.utils.set_random_seed(0)
+    teacher = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Rescaling(1 / 255),
+                                keras.layers.Flatten(), keras.layers.Dense(CLASSES)])
+    teacher.compile(optimizer=keras.optimizers.Adam(1e-2),
+                    loss=keras.losses.CategoricalCrossentropy(from_logits=True))
+    teacher.fit(images, labels, epochs=5, batch_size=32, verbose=0)
+    teacher_weights = [w.copy() for w in teacher.get_weights()]
+
+    student = tiny_cait(classes=CLASSES)
+    distiller = Distiller(student, teacher, "hard", teacher_from_logits=True)
+    distiller.compile(optimizer=adamw(student, 1e-3), loss="categorical_crossentropy")
+    before = distiller.evaluate(images, labels, verbose=0)
+    history = distiller.fit(images, labels, epochs=3, batch_size=32, verbose=0)
+    losses = history.history["loss"]
+    assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
+    assert distiller.evaluate(images, labels, verbose=0) < before
+    for kept, weight in zip(teacher_weights, teacher.get_weights()):
+        np.testing.assert_array_equal(kept, weight)
+
+    # The loss fit minimised is DeiT's, on the student's and the teacher's outputs.
+    batch = images[:32]
+    student_probabilities = keras.ops.convert_to_numpy(student(batch, training=False))
+    teacher_logits = keras.ops.convert_to_numpy(teacher(batch))
+    got = distiller.compute_loss(x=batch, y=labels[:32], y_pred=student_probabilities)
+    expected = deit_distillation_loss(
+        np.log(student_probabilities), teacher_logits, labels[:32], "hard", 0.5, 1.0
+    )
+    assert float(got) == pytest.approx(expected, rel=1e-4)
+
+
+def test_bad_settings_are_explained():
+    with pytest.raises(ValueError, match="distillation_type='medium'"):
+        Distiller(passthrough(), passthrough(), "medium")
+    with pytest.raises(ValueError, match="alpha=1.5"):
+        Distiller(passthrough(), passthrough(), "soft", alpha=1.5)
