@@ -3,6 +3,11 @@
     python scripts/benchmark.py --output rows.json            # XXS24 and S24, batch 1 and 16
     python scripts/benchmark.py --big --output big.json       # + M36 and M48 at batch 1
     python scripts/benchmark.py --smoke --output smoke.json   # tiny model, one round (a test)
+    python scripts/benchmark.py --fill rows.json docs/benchmarks.md README.md
+
+`--fill` writes a run's figures into the docs' placeholders: `{{XXS24 bs1 keras-onnx}}`
+becomes that path's ratio to timm eager ("1.37×"), `{{XXS24 bs1 timm-eager img/s}}` its
+images/s, `{{table}}` the two tables below and `{{machine}}` the machine's state.
 
 Ratios between frameworks are only meaningful if they share the machine's state:
 torch's OpenMP threads collapse when anything else runs, TensorFlow's less so. So
@@ -31,6 +36,7 @@ import json
 import math
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -458,6 +464,38 @@ def markdown(rows):
     return "\n".join(lines)
 
 
+def machine_text(machine):
+    return (
+        f"{machine['cores']} cores ({machine['machine']}), {machine['threads']} threads per worker, "
+        f"{machine['rounds']} rounds × {machine['seconds_per_turn']:g} s per turn, "
+        f"{machine['wall_seconds'] / 60:.0f} min; load average (1, 5, 15 min) "
+        f"{', '.join(f'{x:.2f}' for x in machine['load_average_start'])} at the start, "
+        f"{', '.join(f'{x:.2f}' for x in machine['load_average_end'])} at the end; "
+        f"PyTorch {machine['torch']}, timm {machine['timm']}, TensorFlow {machine['tensorflow']}, "
+        f"Keras {machine['keras']}, ONNX Runtime {machine['onnxruntime']}, Python {machine['python']}"
+    )
+
+
+def fill(results_path, documents):
+    """Replaces the placeholders of `documents` with the figures of one run's JSON."""
+    results = json.load(open(results_path))
+    values = {"table": markdown(results["rows"]), "machine": machine_text(results["machine"])}
+    for row in results["rows"]:
+        case = f"{row['variant']} bs{row['batch']} {row['path']}"
+        values[case] = f"{row['ratio_to_timm_eager']:.2f}×"
+        values[case + " img/s"] = f"{row['images_per_second']:.2f}"
+        values[case + " % ceiling"] = f"{100 * row['fraction_of_ceiling']:.0f} %"
+    for document in documents:
+        text = open(document).read()
+        for name, value in values.items():
+            text = text.replace("{{" + name + "}}", value)
+        with open(document + ".part", "w") as file:
+            file.write(text)
+        os.replace(document + ".part", document)
+        left = sorted(set(re.findall(r"\{\{[^}]*\}\}", text)))
+        print(f"filled {document}" + (f"; not in this run: {', '.join(left)}" if left else ""))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variants", nargs="+", default=["XXS24", "S24"], choices=list(VARIANTS))
@@ -470,10 +508,14 @@ def main():
     parser.add_argument("--smoke", action="store_true", help="tiny model, one short round: checks every path")
     parser.add_argument("--output", help="write the rows as JSON here")
     parser.add_argument("--logs", help="folder for the workers' logs (default: a temporary one)")
+    parser.add_argument("--fill", nargs="+", metavar=("RESULTS_JSON", "DOCUMENT"),
+                        help="write the figures of RESULTS_JSON into the placeholders of the documents")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--spec", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.fill:
+        return fill(args.fill[0], args.fill[1:])
     if args.worker:
         return worker(args.worker, json.loads(args.spec), args.batches, args.workdir, args.threads)
     if REFERENCE not in args.paths:
@@ -499,9 +541,8 @@ def main():
         load_average_start=start_load, load_average_end=os.getloadavg(), wall_seconds=time.time() - started,
         rounds=args.rounds, seconds_per_turn=args.seconds, python=platform.python_version(), **_versions(),
     )
-    table = markdown(rows)
-    print(json.dumps(machine))
-    print(table)
+    print(machine_text(machine))
+    print(markdown(rows))
     if args.output:
         with open(args.output + ".part", "w") as file:
             json.dump({"machine": machine, "rows": rows}, file, indent=1)
