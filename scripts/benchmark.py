@@ -254,6 +254,8 @@ PATHS = {
     "keras-onnx": _keras_onnx,
 }
 PEERS = ("timm-eager", "timm-compile", "ort-timm-onnx")
+# M36/M48 (--big): the paths users take, as few workers as that (each holds 1-2 GB of weights).
+BIG_PATHS = ("timm-eager", "ort-timm-onnx", "keras-predict", "keras-saved-model", "keras-onnx")
 LABELS = {
     "timm-eager": "timm eager",
     "timm-compile": "timm + torch.compile",
@@ -388,13 +390,13 @@ def measure_variant(variant, batches, paths, args, workdir):
     """Rows (one per batch and path) of one model, all its paths timed in turns."""
     spec = _spec(variant)
     save_random_checkpoint(spec, workdir)
-    # Loaded one after another: loading in parallel would only make each load slower.
-    workers = {}
-    for path in (*paths, CEILING):
-        log = os.path.join(args.logs, f"{variant}-{path}.log")
-        workers[path] = Worker(path, spec, batches, workdir, args.threads, log)
-        workers[path].ready = workers[path].read()
-        print(f"  {variant} {path}: loaded in {workers[path].ready['load_seconds']:.0f} s", flush=True)
+    # Loaded side by side: tracing, exports and torch.compile are mostly single-threaded.
+    workers = {path: Worker(path, spec, batches, workdir, args.threads,
+                            os.path.join(args.logs, f"{variant}-{path}.log"))
+               for path in (*paths, CEILING)}
+    for path, worker_ in workers.items():
+        worker_.ready = worker_.read()
+        print(f"  {variant} {path}: loaded in {worker_.ready['load_seconds']:.0f} s", flush=True)
     flops = forward_flops(spec["image_size"], spec["patch_size"], spec["embed_dim"], spec["depth"],
                           spec["num_heads"], spec["classes"])
     speeds = {(batch, path): [] for batch in batches for path in paths}
@@ -440,8 +442,10 @@ def markdown(rows):
     for variant, batch in cases:
         cells = []
         for path in paths:
-            row = by[variant, batch, path]
-            if path == REFERENCE:
+            row = by.get((variant, batch, path))
+            if row is None:
+                cells.append("–")
+            elif path == REFERENCE:
                 cells.append(f"{row['images_per_second']:.2f} img/s")
             else:
                 cells.append(f"{row.get('ratio_to_timm_eager', math.nan):.2f}×")
@@ -450,8 +454,8 @@ def markdown(rows):
               "| best peer | best keras_cait / best peer | SavedModel / best keras_cait |",
               "|---|---|---|---|---|---|---|---|---|"]
     for variant, batch in cases:
-        ours = [by[variant, batch, p] for p in paths if p.startswith("keras-")]
-        peers = [by[variant, batch, p] for p in paths if p in PEERS]
+        ours = [by[variant, batch, p] for p in paths if p.startswith("keras-") and (variant, batch, p) in by]
+        peers = [by[variant, batch, p] for p in paths if p in PEERS and (variant, batch, p) in by]
         if not ours:
             continue
         best = max(ours, key=lambda row: row["images_per_second"])
@@ -503,7 +507,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variants", nargs="+", default=["XXS24", "S24"], choices=list(VARIANTS))
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 16])
-    parser.add_argument("--big", action="store_true", help="add M36 and M48 at batch 1 (at 224)")
+    parser.add_argument("--big", action="store_true",
+                        help=f"add M36 and M48 at batch 1 (at 224), paths {', '.join(BIG_PATHS)}")
     parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=list(PATHS))
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=2.0, help="each path's turn (default: %(default)s)")
@@ -524,21 +529,22 @@ def main():
     if REFERENCE not in args.paths:
         parser.error(f"--paths must include {REFERENCE}: every ratio is to it")
 
-    cases = [(variant, args.batches) for variant in args.variants]
+    cases = [(variant, args.batches, args.paths) for variant in args.variants]
     if args.smoke:
-        cases, args.rounds, args.seconds = [("smoke", [1, 2])], 1, 0.2
+        cases, args.rounds, args.seconds = [("smoke", [1, 2], args.paths)], 1, 0.2
     elif args.big:
-        cases += [("M36", [1]), ("M48", [1])]
+        big_paths = [path for path in args.paths if path in BIG_PATHS]
+        cases += [("M36", [1], big_paths), ("M48", [1], big_paths)]
     start_load = os.getloadavg()
     started = time.time()
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
         args.logs = args.logs or os.path.join(workdir, "logs")
         os.makedirs(args.logs, exist_ok=True)
-        for variant, batches in cases:
+        for variant, batches, paths in cases:
             variant_dir = os.path.join(workdir, variant)
             os.makedirs(variant_dir)
-            rows += measure_variant(variant, batches, args.paths, args, variant_dir)
+            rows += measure_variant(variant, batches, paths, args, variant_dir)
     machine = dict(
         machine=platform.machine(), processor=platform.processor(), cores=os.cpu_count(), threads=args.threads,
         load_average_start=start_load, load_average_end=os.getloadavg(), wall_seconds=time.time() - started,
