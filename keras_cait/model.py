@@ -10,6 +10,7 @@ Transformers", ICCV 2021 (arXiv 2103.17239).
 """
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_cait.layers import (
@@ -211,6 +212,9 @@ class ClassAttentionBlock(_ResidualBlock):
         return output, keras.KerasTensor(scores_shape, dtype=self.compute_dtype)
 
 
+PREDICT_BATCH_SIZE = 32  # Keras' default batch_size of predict
+
+
 def check_input_shape(input_shape, patch_size):
     """Raises a ValueError unless `input_shape` is (H, W, C) with H, W multiples of the patch."""
     if len(input_shape) != 3:
@@ -287,22 +291,59 @@ def check_images(images, input_shape, model_name):
 
 @keras.saving.register_keras_serializable(package="keras_cait")
 class CaiTModel(keras.Model):
-    """The functional model that `build_cait` returns: it refuses images of another shape.
+    """The functional model that `build_cait` returns.
 
-    Keras' own input check lets a 1-channel image broadcast against the RGB
-    normalisation, a single image (rank 3) end in an unknown-shape error, and
-    `predict` of 0 images fail inside Keras. This check names the shape it got,
-    the one the model takes and the fix, for `model(images)`, `predict` and
-    the model called as a layer (`check_images`: static shapes, no graph ops).
+    Two things differ from a plain functional `keras.Model`:
+
+    - It refuses images of another shape. Keras' own input check lets a
+      1-channel image broadcast against the RGB normalisation, a single image
+      (rank 3) end in an unknown-shape error, and `predict` of 0 images fail
+      inside Keras. This check names the shape it got, the one the model takes
+      and the fix, for `model(images)`, `predict` and the model called as a
+      layer (`check_images`: static shapes, no graph ops).
+    - `predict` skips Keras' data pipeline for one small batch.
+      `keras.Model.predict` builds a data adapter, a dataset and an iterator on
+      every call, which at batch 1 costs more than the forward pass of a small
+      CaiT on a CPU. When the call asks for one batch of data already in memory
+      (an array or tensor of at most `batch_size` samples, no `steps`, no
+      `callbacks`, one replica) this `predict` runs that batch with
+      `predict_on_batch`, i.e. the same compiled predict function, and shows
+      the same progress bar for `verbose`; anything else is Keras' own `predict`.
+
+    Example:
+        model = keras_cait.CaiT_XXS24()
+        model.predict(image[None])  # (1, 1000), without the per-call pipeline
     """
 
     def __call__(self, *args, **kwargs):
         check_images(args[0] if args else kwargs.get("inputs"), self.inputs[0].shape, self.name)
         return super().__call__(*args, **kwargs)
 
-    def predict(self, x, *args, **kwargs):
+    def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):
         check_images(x, self.inputs[0].shape, self.name)
-        return super().predict(x, *args, **kwargs)
+        if not self._is_one_batch(x, batch_size, steps, callbacks):
+            return super().predict(x, batch_size=batch_size, verbose=verbose, steps=steps, callbacks=callbacks)
+        progress = keras.callbacks.CallbackList(
+            None, add_progbar=verbose != 0, verbose=verbose, epochs=1, steps=1, model=self
+        )
+        progress.on_predict_begin()
+        progress.on_predict_batch_begin(0)
+        outputs = self.predict_on_batch(x)
+        progress.on_predict_batch_end(0, {"outputs": outputs})
+        progress.on_predict_end()
+        return outputs
+
+    def _is_one_batch(self, x, batch_size, steps, callbacks):
+        if steps is not None or callbacks is not None:
+            return False
+        if not (isinstance(x, np.ndarray) or ops.is_tensor(x)) or len(x.shape) == 0:
+            return False
+        if not 0 < x.shape[0] <= (batch_size or PREDICT_BATCH_SIZE):
+            return False
+        # Several replicas split a batch: left to Keras' distributed predict.
+        strategy = getattr(self, "distribute_strategy", None)
+        replicas = getattr(strategy, "num_replicas_in_sync", 1)
+        return replicas == 1 and keras.distribution.distribution() is None
 
 
 def build_cait(
@@ -324,7 +365,7 @@ def build_cait(
     drop_path_rate=0.0,
     name="cait",
 ):
-    """Builds a CaiT as a functional `keras.Model` with freshly initialised weights.
+    """Builds a CaiT as a functional `CaiTModel` (a `keras.Model`) with freshly initialised weights.
 
     With `include_top=True` the output is the class scores from the class token
     (or from the mean of the patch tokens with `pooling="avg"`). With

@@ -1,0 +1,35 @@
+"""scripts/benchmark.py --smoke: every inference path loads, agrees with timm and is timed in turns."""
+
+import json
+import os
+import subprocess
+import sys
+
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(REPOSITORY, "scripts", "benchmark.py")
+# torch.compile is left out: minutes of C++ compilation on a 2-core CPU for no extra code path here.
+PATHS = ["timm-eager", "ort-timm-onnx", "keras-predict", "keras-predict-on-batch", "keras-xla",
+         "keras-saved-model", "keras-onnx"]
+
+
+def test_smoke_run_times_every_path_on_the_same_model(tmp_path):
+    output = tmp_path / "rows.json"
+    environment = {**os.environ, "PYTHONPATH": REPOSITORY + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run(
+        [sys.executable, SCRIPT, "--smoke", "--paths", *PATHS, "--output", str(output)],
+        capture_output=True, text=True, env=environment, timeout=1200,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(output.read_text())
+    rows = {(row["path"], row["batch"]): row for row in result["rows"]}
+    assert set(rows) == {(path, batch) for path in PATHS for batch in (1, 2)}
+    for row in rows.values():
+        # Both sides load the same random timm weights: a path that computed another model fails here.
+        assert row["max_relative_difference"] <= 1e-4, row
+        assert len(row["rounds"]) == 1 and row["images_per_second"] > 0
+        assert 0 < row["fraction_of_ceiling"] and row["ceiling_gflops"] > 0
+    assert all(rows["timm-eager", batch]["ratio_to_timm_eager"] == 1.0 for batch in (1, 2))
+    machine = result["machine"]
+    assert len(machine["load_average_start"]) == 3 and len(machine["load_average_end"]) == 3
+    assert machine["threads"] == 2
+    assert "| smoke bs1 |" in done.stdout and "SavedModel `serving_default`" in done.stdout
