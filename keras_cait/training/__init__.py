@@ -7,12 +7,14 @@
     augment.Augmentation      the whole per-image and per-batch augmentation with DeiT's defaults
     data                      tf.data sources (folders, TFRecords, TFDS) and streams
     transfer                  new heads, freezing, fine-tuning at another resolution
+    lora                      LoRA fine-tuning (enable_lora) and its merge for export (merge_lora)
     resume                    step-exact backups and a resuming fit
     distribute                MirroredStrategy / MultiWorkerMirroredStrategy / DataParallel
 """
 
-from keras_cait.training import augment, distribute, resume, schedule, transfer
+from keras_cait.training import augment, distribute, lora, resume, schedule, transfer
 from keras_cait.training.augment import Augmentation, rand_augment, random_erasing
+from keras_cait.training.lora import enable_lora, merge_lora
 from keras_cait.training.mixup_cutmix import MixupCutmix
 from keras_cait.training.optimizer import adamw, weight_decay_exclusions
 from keras_cait.training.random_resized_crop import RandomResizedCrop
@@ -27,6 +29,9 @@ __all__ = [
     "at_resolution",
     "augment",
     "distribute",
+    "enable_lora",
+    "lora",
+    "merge_lora",
     "rand_augment",
     "random_erasing",
     "resume",
