@@ -20,7 +20,7 @@ setup(
     ],
     extras_require={
         "torch": ["torch"],
-        # TensorBoard logs of scripts/train.py and scripts/finetune.py.
+        # TensorBoard logs of keras-cait train and keras-cait finetune.
         "train": ["tensorboard"],
         "onnx": ["tf2onnx>=1.17", "onnx", "onnxruntime"],
         "litert": ["ai-edge-litert"],

@@ -9,7 +9,7 @@ The SavedModel serving contract (tag "serve"); H×W is the model's input size:
     serving_default   images       float32 [batch, H, W, 3]   RGB, values 0..255
     serving_uint8     images       uint8   [batch, H, W, 3]   RGB
     serving_bytes     image_bytes  string  [batch]            JPEG, PNG, GIF or BMP
-                                                              files of any size
+                                                              files of up to MAX_PIXELS
 
     every signature returns
     probabilities        float32 [batch, classes]
@@ -18,11 +18,14 @@ The SavedModel serving contract (tag "serve"); H×W is the model's input size:
     top_k_classes        string  [batch, k]    class names
 
 `serving_bytes` decodes each file and applies the reference evaluation
-transform (timm, crop_pct 1.0) inside the graph: shorter side resized bicubic
-(antialiased) to H, centre crop H×W, pixels rounded to integers as PIL does
-(see `keras_cait.preprocessing.evaluation_crop_geometry`). Inputs of another shape, with
-values outside 0..255, or bytes that are no image fail with INVALID_ARGUMENT
-and a message naming what was expected. Every input and output is float32,
+transform (timm, crop_pct 1.0) inside the graph: resized bicubic (antialiased)
+keeping the aspect ratio until it covers H×W, centre crop H×W, pixels rounded
+to integers as PIL does; it is `keras_cait.evaluation_transform`, the code
+that `keras_cait.preprocessing.load_image` runs. Its memory is bounded by the
+decoded file and H×W whatever the aspect ratio, and files of more than
+`evaluation_transform.MAX_PIXELS` (89.5 million) pixels are refused from their header. Inputs of
+another shape, with values outside 0..255, or bytes that are no image fail
+with INVALID_ARGUMENT and a message naming what was expected. Every input and output is float32,
 integer or string whatever the model's dtype policy, and no function needs XLA,
 so TF Serving (REST and gRPC) runs the model as it is, without keras_cait.
 
@@ -41,13 +44,13 @@ import numpy as np
 import tensorflow as tf
 
 from keras_cait.atomic import written_atomically
+from keras_cait.evaluation_transform import IMAGE_FORMATS, decode_image, evaluation_transform
 from keras_cait.preprocessing import imagenet_classes
 from keras_cait.training.lora import merge_lora
 
 QUANTIZATIONS = (None, "dynamic_int8")
 # Keras' own `model.quantize` modes that the SavedModel and ONNX exports take.
 KERAS_QUANTIZATIONS = (None, "int8")
-_IMAGE_FORMATS = "JPEG, PNG, GIF or BMP"
 
 
 def export_saved_model(
@@ -300,20 +303,6 @@ def _checked_images(images, height, width, signature):
     )
 
 
-def _evaluation_crop_geometry(height, width, target_height, target_width):
-    """TF twin of `keras_cait.preprocessing.evaluation_crop_geometry` on int32 tensors."""
-    if target_height != target_width:
-        return target_height, target_width, 0, 0
-    side = target_height
-    new_long = side * tf.maximum(height, width) // tf.minimum(height, width)
-    resized_height = tf.where(width <= height, new_long, side)
-    resized_width = tf.where(width <= height, side, new_long)
-    # tf.round rounds half to even, as Python's round() in torchvision's CenterCrop.
-    top = tf.cast(tf.round((resized_height - side) / 2), tf.int32)
-    left = tf.cast(tf.round((resized_width - side) / 2), tf.int32)
-    return resized_height, resized_width, top, left
-
-
 def _decode_and_crop(image_bytes, height, width):
     """Encoded image files [batch] -> float32 [batch, height, width, 3], the evaluation transform."""
     shape = _shape_text(image_bytes)
@@ -331,30 +320,14 @@ def _decode_and_crop(image_bytes, height, width):
         image_bytes,
         tf.reduce_all(known),
         [
-            f"serving_bytes: `image_bytes` must be {_IMAGE_FORMATS} files; entries [",
+            f"serving_bytes: `image_bytes` must be {IMAGE_FORMATS} files; entries [",
             tf.strings.reduce_join(tf.strings.as_string(tf.where(~known)[:, 0]), separator=", "),
             "] are not. Send the bytes of each file (over REST base64-encoded as {\"b64\": ...}).",
         ],
     )
 
     def decode_one(encoded):
-        # TF decodes JPEG with the fast integer IDCT by default; PIL (and so the
-        # reference) with the accurate one, which gives PIL's pixels exactly.
-        image = tf.cond(
-            tf.io.is_jpeg(encoded),
-            lambda: tf.io.decode_jpeg(encoded, channels=3, dct_method="INTEGER_ACCURATE"),
-            lambda: tf.io.decode_image(encoded, channels=3, expand_animations=False),
-        )
-        shape = tf.shape(image)
-        resized_height, resized_width, top, left = _evaluation_crop_geometry(
-            shape[0], shape[1], height, width
-        )
-        image = tf.image.resize(
-            image, tf.stack([resized_height, resized_width]), method="bicubic", antialias=True
-        )
-        image = image[top : top + height, left : left + width]
-        # PIL hands the model integer pixels; rounding here keeps both paths alike.
-        return tf.clip_by_value(tf.round(image), 0.0, 255.0)
+        return evaluation_transform(decode_image(encoded), (height, width))
 
     return tf.map_fn(
         decode_one, image_bytes, fn_output_signature=tf.TensorSpec([height, width, 3], tf.float32)

@@ -1,4 +1,4 @@
-"""Input preprocessing and ImageNet label decoding, as keras.applications offers them."""
+"""Image loading, input preprocessing and ImageNet label decoding, as keras.applications offers them."""
 
 import functools
 import importlib.resources
@@ -24,33 +24,31 @@ def preprocess_input(x, include_preprocessing=True):
     return (x - np.array(IMAGENET_MEAN, "float32")) / np.array(IMAGENET_STD, "float32")
 
 
-def evaluation_crop_geometry(height, width, target_height, target_width):
-    """Where the reference evaluation transform resizes and crops an image.
+def load_image(path, image_size=224, crop_pct=1.0):
+    """Reads an image file as a CaiT is evaluated on it: float32 `(H, W, 3)`, RGB 0..255.
 
-    CaiT is evaluated as timm does it with crop_pct 1.0: the shorter side is
-    resized to the target side, the longer one to `int(side * long / short)`
-    (torchvision `Resize(side)`), then the centre is cropped with offsets
-    `round((resized - side) / 2)`, rounding half to even (torchvision
-    `CenterCrop`). For a non-square target timm resizes straight to it.
+    The reference evaluation transform (timm's for CaiT's checkpoints): the
+    image is resized bicubically, keeping its aspect ratio, until it covers
+    `image_size / crop_pct`, and the centre `image_size` is cropped. The same
+    transform (`keras_cait.evaluation_transform`, TensorFlow ops) runs in the
+    SavedModel's `serving_bytes` signature and in `keras-cait evaluate`.
 
     Args:
-        height, width: the image's size.
-        target_height, target_width: the model's input size.
+        path: a JPEG, PNG, GIF or BMP file.
+        image_size: the model's input side, e.g. 224, or its (height, width).
+        crop_pct: the fraction of the resized image kept (CaiT: 1.0; DeiT: 0.875).
 
-    Returns:
-        `(resized_height, resized_width, top, left)`: resize to the first two,
-        then crop `target_height × target_width` from (top, left).
+    Raises FileNotFoundError for a missing file and ValueError for one that is
+    no image.
 
     Example:
-        >>> evaluation_crop_geometry(375, 500, 224, 224)
-        (224, 298, 0, 37)
+        >>> model = keras_cait.CaiT_S24(weights="imagenet")
+        >>> image = keras_cait.preprocessing.load_image("cat.jpg", 224)
+        >>> keras_cait.decode_predictions(model.predict(image[None]))
     """
-    if target_height != target_width:
-        return target_height, target_width, 0, 0
-    side = target_height
-    new_long = side * max(height, width) // min(height, width)
-    resized_height, resized_width = (new_long, side) if width <= height else (side, new_long)
-    return resized_height, resized_width, round((resized_height - side) / 2), round((resized_width - side) / 2)
+    from keras_cait.evaluation_transform import load_image as load
+
+    return load(path, image_size, crop_pct)
 
 
 @functools.cache

@@ -1,10 +1,10 @@
 """Top-1 / top-5 accuracy of a CaiT on a folder of images or a TFDS split.
 
-Run with --help for the flags and their defaults; the README's "Training" section
-shows complete commands.
+The same as `keras-cait evaluate`. Run with --help for the flags and their defaults;
+the README's "Training" section shows complete commands.
 """
 
-from keras_cait.training import runs
+from keras_cait.cli import runs
 
 if __name__ == "__main__":
-    runs.evaluate_run(runs.evaluate_parser().parse_args())
+    runs.main("evaluate")

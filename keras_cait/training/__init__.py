@@ -1,11 +1,15 @@
 """Training CaiT with Keras: the DeiT/CaiT recipe as building blocks (Keras core only).
 
+The runs that put them together (`keras-cait train | finetune | evaluate`)
+are applications, in `keras_cait.cli.runs`.
+
     optimizer.adamw           AdamW, weight decay 0.05 off biases/norms/LayerScale/pos_embed/cls_token
     schedule.warmup_cosine    linear warmup then cosine; scaled_learning_rate: 5e-4 × batch / 512
     RandomResizedCrop         Inception crop (Keras preprocessing layer)
     MixupCutmix               mixup/cutmix switch, one λ per batch, soft smoothed labels
     augment.Augmentation      the whole per-image and per-batch augmentation with DeiT's defaults
-    data                      tf.data sources (folders, TFRecords, TFDS) and streams
+    sources                   tf.data sources: image folders, TFRecords, TFDS
+    stream                    resumable training batches and evaluation batches
     transfer                  new heads, freezing, fine-tuning at another resolution
     lora                      LoRA fine-tuning (enable_lora) and its merge for export (merge_lora)
     resume                    step-exact backups and a resuming fit

@@ -11,9 +11,10 @@ import tensorflow as tf
 from PIL import Image
 from tensorflow.core.protobuf import saved_model_pb2
 
-from keras_cait import cli, export
+from keras_cait import export
+from keras_cait.cli import commands
 from keras_cait.export import export_saved_model
-from keras_cait.preprocessing import evaluation_crop_geometry, imagenet_classes
+from keras_cait.preprocessing import imagenet_classes, load_image
 from tests.export.helpers import (
     SIDE,
     SIGNATURE_OUTPUTS,
@@ -75,11 +76,8 @@ def test_runs_in_a_fresh_process_that_cannot_import_keras_cait(saved_model_dir, 
     png = encode(photo(40, 50), "PNG")
     outputs = run_in_fresh_process(saved_model_dir, images, png, tmp_path)
     np.testing.assert_allclose(outputs["probabilities"], model.predict(images, verbose=0), rtol=1e-5, atol=0)
-    image = tf.io.decode_png(png).numpy()
-    height, width, top, left = evaluation_crop_geometry(40, 50, SIDE, SIDE)
-    resized = tf.image.resize(image, (height, width), "bicubic", antialias=True)
-    cropped = resized[top : top + SIDE, left : left + SIDE]
-    expected = model.predict(np.clip(np.round(cropped[None]), 0, 255), verbose=0)
+    (tmp_path / "image.png").write_bytes(png)
+    expected = model.predict(load_image(tmp_path / "image.png", SIDE)[None], verbose=0)
     np.testing.assert_allclose(outputs["bytes_probabilities"], expected, rtol=1e-5, atol=0)
 
 
@@ -97,55 +95,38 @@ def test_nothing_in_the_graph_requires_xla(saved_model_dir):
 # === serving_bytes: the reference evaluation transform in the graph ===
 
 
-def test_cli_loader_is_timms_evaluation_transform(photo_files):
+def timm_evaluation(path, side):
+    """timm's evaluation transform for CaiT (crop_pct 1.0) on a PIL image, as uint8 pixels."""
     # torchvision is already loaded: tests/conftest.py imports timm before TensorFlow.
     from torchvision import transforms
 
-    for side in (SIDE, 224):
-        reference = transforms.Compose(
-            [transforms.Resize(side, interpolation=transforms.InterpolationMode.BICUBIC), transforms.CenterCrop(side)]
-        )
-        for path in photo_files:
-            expected = np.asarray(reference(Image.open(path).convert("RGB")), dtype="float32")
-            np.testing.assert_array_equal(cli._load_image(str(path), side), expected, err_msg=path.name)
-
-
-def test_graph_geometry_is_the_python_geometry():
-    heights, widths = np.meshgrid(np.arange(1, 90), np.arange(1, 90), indexing="ij")
-    heights, widths = np.append(heights.ravel(), [375, 500, 2000]), np.append(widths.ravel(), [500, 375, 3])
-    for side in (32, 224):
-        in_graph = export._evaluation_crop_geometry(tf.constant(heights), tf.constant(widths), side, side)
-        in_graph = np.stack([np.asarray(value) for value in in_graph], axis=1)
-        in_python = [evaluation_crop_geometry(h, w, side, side) for h, w in zip(heights, widths)]
-        np.testing.assert_array_equal(in_graph, in_python)
+    reference = transforms.Compose(
+        [transforms.Resize(side, interpolation=transforms.InterpolationMode.BICUBIC), transforms.CenterCrop(side)]
+    )
+    return np.asarray(reference(Image.open(path).convert("RGB")), dtype="float32")
 
 
 @pytest.mark.parametrize("index", range(len(PHOTOS)))
-def test_bytes_are_decoded_and_cropped_like_the_pil_loader(photo_files, index):
+def test_bytes_are_decoded_and_cropped_like_load_image_and_timm(photo_files, index):
     path = photo_files[index]
     in_graph = export._decode_and_crop(tf.constant([path.read_bytes()]), SIDE, SIDE)[0].numpy()
-    difference = np.abs(in_graph - cli._load_image(str(path), SIDE))
+    np.testing.assert_array_equal(in_graph, load_image(path, SIDE))
+    difference = np.abs(in_graph - timm_evaluation(path, SIDE))
     # Measured (docs/export.md): mean 0.00-0.21 levels, 99th percentile <= 1. A bilinear or
     # non-antialiased resize gives a mean >= 1, a crop one pixel off >= 10, BGR >= 60.
     assert difference.mean() <= 0.3 and np.percentile(difference, 99) <= 1, (difference.mean(), difference.max())
 
 
-def test_bytes_signature_gives_the_probabilities_of_the_pil_loader(loaded, model, photo_files):
+def test_bytes_signature_gives_the_probabilities_of_timms_transform(loaded, model, photo_files):
     files = tf.constant([path.read_bytes() for path in photo_files])
     served = loaded.signatures["serving_bytes"](image_bytes=files)["probabilities"].numpy()
-    with_pil = model.predict(np.stack([cli._load_image(str(path), SIDE) for path in photo_files]), verbose=0)
+    with_pil = model.predict(np.stack([timm_evaluation(path, SIDE) for path in photo_files]), verbose=0)
     # Pixels differ by at most a level or two (PIL rounds between its two resize
     # passes); measured relative difference of the probabilities <= 2.3e-3.
     np.testing.assert_allclose(served, with_pil, rtol=5e-3, atol=0)
 
-    def host_tf_resize(path):
-        image = np.asarray(Image.open(path).convert("RGB"))
-        height, width, top, left = evaluation_crop_geometry(*image.shape[:2], SIDE, SIDE)
-        resized = tf.image.resize(image, (height, width), "bicubic", antialias=True).numpy()
-        return np.clip(np.round(resized[top : top + SIDE, left : left + SIDE]), 0, 255)
-
-    with_host_resize = model.predict(np.stack([host_tf_resize(path) for path in photo_files]), verbose=0)
-    np.testing.assert_allclose(served, with_host_resize, rtol=1e-5, atol=0)
+    with_load_image = model.predict(np.stack([load_image(path, SIDE) for path in photo_files]), verbose=0)
+    np.testing.assert_allclose(served, with_load_image, rtol=1e-5, atol=0)
 
 
 # === Bad input: INVALID_ARGUMENT naming what is expected, in Python and as TF Serving runs it ===
@@ -298,16 +279,16 @@ def test_cli_export_checks_the_destination_before_building_a_model(tmp_path, mon
     def build(*args):
         raise AssertionError("a model was built for a destination that cannot be written")
 
-    monkeypatch.setattr(cli, "_build", build)
+    monkeypatch.setattr(commands, "_build", build)
     (tmp_path / "1").mkdir()
     with pytest.raises(SystemExit, match="keras-cait export: Version folder .* exists"):
-        cli.main(["export", str(tmp_path / "1"), "--weights", "none"])
+        commands.main(["export", str(tmp_path / "1"), "--weights", "none"])
     with pytest.raises(SystemExit, match="--quantization applies to LiteRT only"):
-        cli.main(["export", str(tmp_path / "2"), "--weights", "none", "--quantization", "dynamic_int8"])
+        commands.main(["export", str(tmp_path / "2"), "--weights", "none", "--quantization", "dynamic_int8"])
     with pytest.raises(SystemExit, match="--top-k applies to SavedModels only"):
-        cli.main(["export", str(tmp_path / "cait.onnx"), "--weights", "none", "--top-k", "3"])
+        commands.main(["export", str(tmp_path / "cait.onnx"), "--weights", "none", "--top-k", "3"])
     with pytest.raises(SystemExit, match="must be a positive integer"):
-        cli.main(["export", str(tmp_path / "latest"), "--weights", "none"])
+        commands.main(["export", str(tmp_path / "latest"), "--weights", "none"])
 
 
 def test_the_exporters_are_keras_cait_attributes_that_load_tensorflow_only_when_asked():

@@ -24,13 +24,13 @@ def images(batch=4, seed=1):
 
 
 @pytest.mark.parametrize("half", HALF_POLICIES)
-def test_half_precision_forward_is_within_2e2_of_float32(half, policy, small_cait):
-    reference = small_cait(classifier_activation=None, classes=10)
+def test_half_precision_forward_is_within_2e2_of_float32(half, policy, tiny_cait):
+    reference = tiny_cait(classifier_activation=None, classes=10)
     randomise(reference)
     expected = keras.ops.convert_to_numpy(reference(images()))
 
     policy(half)
-    model = small_cait(classifier_activation=None, classes=10)
+    model = tiny_cait(classifier_activation=None, classes=10)
     model.set_weights(reference.get_weights())
     got = keras.ops.convert_to_numpy(model(images()))
 
@@ -45,9 +45,9 @@ def test_half_precision_forward_is_within_2e2_of_float32(half, policy, small_cai
              dict(include_top=False, pooling="avg"), dict(include_top=False)],
     ids=["top", "token", "avg", "tokens"],
 )
-def test_outputs_layer_norms_and_logits_are_float32(half, head, policy, small_cait):
+def test_outputs_layer_norms_and_logits_are_float32(half, head, policy, tiny_cait):
     policy(half)
-    model = small_cait(**head)
+    model = tiny_cait(**head)
     assert model(images()).dtype == "float32"
     block = model.get_layer("self_attention_block_0")
     block_norms = [block.attention_norm, block.mlp_norm]
@@ -58,24 +58,24 @@ def test_outputs_layer_norms_and_logits_are_float32(half, head, policy, small_ca
     assert block.mlp_dense_1.compute_dtype == half.split("_")[1]
 
 
-def test_float16_training_uses_loss_scaling_and_bfloat16_does_not(policy, small_cait):
+def test_float16_training_uses_loss_scaling_and_bfloat16_does_not(policy, tiny_cait):
     policy("mixed_float16")
-    model = small_cait(classes=4)
+    model = tiny_cait(classes=4)
     model.compile(optimizer=adamw(model, 1e-3), loss="categorical_crossentropy")
     assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
     assert isinstance(model.optimizer.inner_optimizer, keras.optimizers.AdamW)
 
     policy("mixed_bfloat16")
-    model = small_cait(classes=4)
+    model = tiny_cait(classes=4)
     model.compile(optimizer=adamw(model, 1e-3), loss="categorical_crossentropy")
     assert isinstance(model.optimizer, keras.optimizers.AdamW)
 
 
 @pytest.mark.parametrize("half", HALF_POLICIES)
-def test_thirty_steps_give_a_finite_decreasing_loss(half, policy, small_cait):
+def test_thirty_steps_give_a_finite_decreasing_loss(half, policy, tiny_cait):
     policy(half)
     keras.utils.set_random_seed(0)
-    model = small_cait(classes=4, drop_path_rate=0.1)
+    model = tiny_cait(classes=4, drop_path_rate=0.1)
     model.compile(optimizer=adamw(model, 1e-3), loss="categorical_crossentropy")
     x = images(batch=16)
     y = keras.utils.to_categorical(np.arange(16) % 4, 4)
@@ -84,10 +84,10 @@ def test_thirty_steps_give_a_finite_decreasing_loss(half, policy, small_cait):
     assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5])
 
 
-def test_jit_compiled_training_and_inference_under_mixed_precision(policy, small_cait):
+def test_jit_compiled_training_and_inference_under_mixed_precision(policy, tiny_cait):
     policy("mixed_bfloat16")
     keras.utils.set_random_seed(0)
-    model = small_cait(classes=4)
+    model = tiny_cait(classes=4)
     randomise(model)
     eager = keras.ops.convert_to_numpy(model.predict(images(), verbose=0))
     model.compile(

@@ -77,8 +77,8 @@ def decayed_by_one_step(model, learning_rate=0.1, weight_decay=0.5):
     return decayed
 
 
-def test_exactly_the_kernels_decay(small_cait):
-    model = small_cait(depth=1, class_attention_depth=1, classes=10)
+def test_exactly_the_kernels_decay(tiny_cait):
+    model = tiny_cait(depth=1, class_attention_depth=1, classes=10)
     paths = [v.path for v in model.weights]
     assert sorted(paths) == sorted(DECAYED + NOT_DECAYED), "the model's variables changed"
     assert sorted(v.path for v in weight_decay_exclusions(model)) == sorted(NOT_DECAYED)
@@ -95,8 +95,8 @@ def test_real_variant_decays_its_kernels_only():
     assert "position_embedding/embeddings" in excluded and "class_token/token" in excluded
 
 
-def test_a_new_head_on_a_frozen_backbone_keeps_the_exclusions(small_cait):
-    backbone = small_cait(depth=1, class_attention_depth=1, include_top=False, pooling="token")
+def test_a_new_head_on_a_frozen_backbone_keeps_the_exclusions(tiny_cait):
+    backbone = tiny_cait(depth=1, class_attention_depth=1, include_top=False, pooling="token")
     model = with_new_head(backbone, classes=3)
     for layer in model.layers[:-1]:
         layer.trainable = False
@@ -105,8 +105,8 @@ def test_a_new_head_on_a_frozen_backbone_keeps_the_exclusions(small_cait):
     assert decayed_by_one_step(model) == {"predictions/kernel"}
 
 
-def test_a_nested_backbone_still_excludes_position_and_class_token(small_cait):
-    backbone = small_cait(depth=1, class_attention_depth=1, include_top=False, pooling="token")
+def test_a_nested_backbone_still_excludes_position_and_class_token(tiny_cait):
+    backbone = tiny_cait(depth=1, class_attention_depth=1, include_top=False, pooling="token")
     model = keras.Sequential([backbone, keras.layers.Dense(3, name="head")], name="classifier")
     excluded = {v.path for v in weight_decay_exclusions(model)}
     assert excluded == set(NOT_DECAYED) - {"predictions/bias"} | {"classifier/head/bias"}

@@ -18,15 +18,15 @@ REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__f
 STEPS_PER_EPOCH = 90 // 8  # 100 digits, 10% held out, batches of 8
 
 
-def compiled(small_cait):
+def compiled(tiny_cait):
     keras.utils.set_random_seed(0)
-    model = small_cait(classes=10, drop_path_rate=0.2)
+    model = tiny_cait(classes=10, drop_path_rate=0.2)
     model.compile(optimizer=adamw(model, 1e-3, use_ema=True), loss="categorical_crossentropy")
     return model
 
 
-def test_a_backup_restores_weights_optimizer_random_state_and_best(small_cait, tmp_path):
-    model = compiled(small_cait)
+def test_a_backup_restores_weights_optimizer_random_state_and_best(tiny_cait, tmp_path):
+    model = compiled(tiny_cait)
     images = np.random.default_rng(0).uniform(0, 255, (8, 32, 32, 3)).astype("float32")
     labels = np.eye(10)[np.arange(8)]
     checkpoint = keras.callbacks.ModelCheckpoint(str(tmp_path / "best.keras"), save_best_only=True)
@@ -41,7 +41,7 @@ def test_a_backup_restores_weights_optimizer_random_state_and_best(small_cait, t
               callbacks=[backup, keras.callbacks.LambdaCallback(on_epoch_end=snapshot)])
     assert backup.step == 4
 
-    other = compiled(small_cait)
+    other = compiled(tiny_cait)
     other_checkpoint = keras.callbacks.ModelCheckpoint(str(tmp_path / "x.keras"))
     restored = ResumableBackup(tmp_path / "backup", checkpoints=[other_checkpoint])
     assert restored.restore(other) == 4
@@ -52,8 +52,8 @@ def test_a_backup_restores_weights_optimizer_random_state_and_best(small_cait, t
     assert other_checkpoint.best == 0.25
 
 
-def test_a_kill_while_writing_a_backup_keeps_the_previous_one(small_cait, tmp_path, monkeypatch):
-    model = compiled(small_cait)
+def test_a_kill_while_writing_a_backup_keeps_the_previous_one(tiny_cait, tmp_path, monkeypatch):
+    model = compiled(tiny_cait)
     backup = ResumableBackup(tmp_path, save_freq=1)
     backup.set_model(model)
     backup.step = 1
@@ -95,10 +95,10 @@ def final_weights(output_dir):
     return [np.array(w) for w in model.weights]
 
 
-def test_a_finetune_killed_mid_epoch_resumes_to_the_same_weights(small_cait, digits, tmp_path):
+def test_a_finetune_killed_mid_epoch_resumes_to_the_same_weights(tiny_cait, digits, tmp_path):
     data_dir = digits(tmp_path / "digits", per_class=10)
     model_path = str(tmp_path / "pretrained.keras")
-    small_cait(classes=10, drop_path_rate=0.2).save(model_path)
+    tiny_cait(classes=10, drop_path_rate=0.2).save(model_path)
     uninterrupted, interrupted = str(tmp_path / "uninterrupted"), str(tmp_path / "interrupted")
 
     reference = finetune(model_path, data_dir, uninterrupted)

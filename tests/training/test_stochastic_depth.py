@@ -6,8 +6,8 @@ import numpy as np
 from keras_cait.model import ClassAttentionBlock, SelfAttentionBlock
 
 
-def test_every_self_attention_block_gets_the_same_rate(small_cait):
-    model = small_cait(depth=3, drop_path_rate=0.25)
+def test_every_self_attention_block_gets_the_same_rate(tiny_cait):
+    model = tiny_cait(depth=3, drop_path_rate=0.25)
     rates = [
         layer.stochastic_depth.rate
         for layer in model.layers
@@ -18,8 +18,8 @@ def test_every_self_attention_block_gets_the_same_rate(small_cait):
     assert [block.stochastic_depth.rate for block in class_blocks] == [0.0, 0.0]
 
 
-def test_drops_whole_samples_at_the_rate_in_training_and_nothing_at_inference(small_cait):
-    model = small_cait(drop_path_rate=0.25)
+def test_drops_whole_samples_at_the_rate_in_training_and_nothing_at_inference(tiny_cait):
+    model = tiny_cait(drop_path_rate=0.25)
     drop_path = model.get_layer("self_attention_block_0").stochastic_depth
     branch = np.random.default_rng(0).normal(size=(4000, 5, 8)).astype("float32")
 
@@ -32,13 +32,13 @@ def test_drops_whole_samples_at_the_rate_in_training_and_nothing_at_inference(sm
     np.testing.assert_array_equal(drop_path(branch, training=False), branch)
 
 
-def test_the_model_is_deterministic_at_inference_and_random_in_training(small_cait):
+def test_the_model_is_deterministic_at_inference_and_random_in_training(tiny_cait):
     keras.utils.set_random_seed(0)
-    model = small_cait(drop_path_rate=0.5)
+    model = tiny_cait(drop_path_rate=0.5)
     images = np.random.default_rng(1).uniform(0, 255, (64, 32, 32, 3)).astype("float32")
     first, second = model(images, training=False), model(images, training=False)
     np.testing.assert_array_equal(first, second)
-    reference = small_cait(drop_path_rate=0.0)
+    reference = tiny_cait(drop_path_rate=0.0)
     reference.set_weights(model.get_weights())
     np.testing.assert_allclose(first, reference(images), rtol=1e-5, atol=1e-6)
     assert not np.allclose(model(images, training=True), first)

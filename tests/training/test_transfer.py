@@ -9,16 +9,17 @@ from keras_cait.training import (
     Augmentation,
     adamw,
     at_resolution,
-    data,
     set_backbone_trainable,
+    sources,
+    stream,
     warmup_cosine,
     with_new_head,
 )
 
 
-def test_new_head_shares_the_backbone_and_is_float32_under_mixed_precision(small_cait, policy):
+def test_new_head_shares_the_backbone_and_is_float32_under_mixed_precision(tiny_cait, policy):
     policy("mixed_bfloat16")
-    backbone = small_cait(include_top=False, pooling="token")
+    backbone = tiny_cait(include_top=False, pooling="token")
     model = with_new_head(backbone, classes=7)
     assert model.output_shape == (None, 7)
     assert model.get_layer("patch_embedding") is backbone.get_layer("patch_embedding")
@@ -26,14 +27,14 @@ def test_new_head_shares_the_backbone_and_is_float32_under_mixed_precision(small
     images = np.zeros((2, 32, 32, 3), "float32")
     assert model(images).dtype == "float32"
 
-    replaced = with_new_head(small_cait(classes=1000), classes=3)  # a full classifier works too
+    replaced = with_new_head(tiny_cait(classes=1000), classes=3)  # a full classifier works too
     assert replaced.output_shape == (None, 3)
     with pytest.raises(ValueError, match="pooling='token' or 'avg'"):
-        with_new_head(small_cait(include_top=False), classes=3)
+        with_new_head(tiny_cait(include_top=False), classes=3)
 
 
-def test_freezing_trains_the_head_only(small_cait):
-    model = with_new_head(small_cait(include_top=False, pooling="token"), classes=3)
+def test_freezing_trains_the_head_only(tiny_cait):
+    model = with_new_head(tiny_cait(include_top=False, pooling="token"), classes=3)
     set_backbone_trainable(model, False)
     assert [v.path for v in model.trainable_weights] == ["predictions/kernel", "predictions/bias"]
     set_backbone_trainable(model, True)
@@ -42,8 +43,8 @@ def test_freezing_trains_the_head_only(small_cait):
         set_backbone_trainable(keras.Sequential([keras.Input((2,)), keras.layers.Dense(2)]), False)
 
 
-def test_a_higher_resolution_copy_resizes_the_position_embedding(small_cait):
-    model = with_new_head(small_cait(include_top=False, pooling="token"), classes=3)
+def test_a_higher_resolution_copy_resizes_the_position_embedding(tiny_cait):
+    model = with_new_head(tiny_cait(include_top=False, pooling="token"), classes=3)
     bigger = at_resolution(model, 64)
     assert bigger.input_shape == (None, 64, 64, 3) and bigger.output_shape == (None, 3)
     for old, new in zip(model.weights, bigger.weights):
@@ -59,7 +60,7 @@ def test_a_higher_resolution_copy_resizes_the_position_embedding(small_cait):
 
 
 def _fit(model, source, epochs, learning_rate, batch_size=32):
-    steps = data.steps_per_epoch(source, batch_size)
+    steps = stream.steps_per_epoch(source, batch_size)
     model.compile(
         optimizer=adamw(model, warmup_cosine(learning_rate, epochs * steps, 0)),
         loss="categorical_crossentropy",
@@ -71,19 +72,19 @@ def _fit(model, source, epochs, learning_rate, batch_size=32):
         16, source.num_classes, scale=(0.7, 1.0), horizontal_flip=False, rand_augment_magnitude=0,
         random_erasing=0, mixup_alpha=0, cutmix_alpha=0, repeats=1,
     )
-    stream = data.training_stream(source, augmentation, batch_size, epochs, seed=0)
-    model.fit(stream, epochs=epochs, steps_per_epoch=steps, verbose=0)
+    batches = stream.training_stream(source, augmentation, batch_size, epochs, seed=0)
+    model.fit(batches, epochs=epochs, steps_per_epoch=steps, verbose=0)
 
 
-def test_transfer_to_new_classes_of_a_real_image_folder(small_cait, digits, tmp_path):
+def test_transfer_to_new_classes_of_a_real_image_folder(tiny_cait, digits, tmp_path):
     """Pretrain on the digits 0-4, then learn 5-9: the head on the frozen backbone, then all."""
     keras.utils.set_random_seed(0)
-    pretraining = data.image_folder(digits(tmp_path / "first", classes=range(5)))
-    backbone = small_cait(input_shape=(16, 16, 3), patch_size=4, include_top=False, pooling="token")
+    pretraining = sources.image_folder(digits(tmp_path / "first", classes=range(5)))
+    backbone = tiny_cait(input_shape=(16, 16, 3), patch_size=4, include_top=False, pooling="token")
     _fit(with_new_head(backbone, 5), pretraining, epochs=10, learning_rate=3e-3)
 
-    train, held_out = data.split(data.image_folder(digits(tmp_path / "second", classes=range(5, 10))),
-                                 0.3, seed=0)
+    train, held_out = sources.split(sources.image_folder(digits(tmp_path / "second", classes=range(5, 10))),
+                                    0.3, seed=0)
     model = with_new_head(backbone, train.num_classes)
     set_backbone_trainable(model, False)
     frozen = [np.array(w) for w in backbone.weights]
@@ -93,6 +94,6 @@ def test_transfer_to_new_classes_of_a_real_image_folder(small_cait, digits, tmp_
     set_backbone_trainable(model, True)
     _fit(model, train, epochs=3, learning_rate=1e-3)
     assert not all(np.array_equal(a, np.array(b)) for a, b in zip(frozen, backbone.weights))
-    evaluation = data.evaluation_dataset(held_out, 16, 64, one_hot=True)
+    evaluation = stream.evaluation_dataset(held_out, 16, 64, one_hot=True)
     accuracy = model.evaluate(evaluation, verbose=0, return_dict=True)["accuracy"]
     assert accuracy > 0.6  # 5 classes: chance is 0.2

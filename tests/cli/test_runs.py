@@ -1,4 +1,4 @@
-"""scripts/train.py, finetune.py, evaluate.py: flags with their defaults, and evaluation numbers."""
+"""keras_cait.cli.runs (keras-cait train | finetune | evaluate): flags with their defaults, and evaluation numbers."""
 
 import json
 
@@ -6,7 +6,8 @@ import keras
 import numpy as np
 import pytest
 
-from keras_cait.training import data, runs
+from keras_cait.cli import runs
+from keras_cait.training import sources, stream
 
 
 @pytest.mark.parametrize(
@@ -29,9 +30,9 @@ def test_help_shows_the_defaults(parser, expected):
         assert " ".join(fragment.split()) in text
 
 
-def test_evaluate_reports_top1_and_top5(small_cait, digits, tmp_path, capsys):
+def test_evaluate_reports_top1_and_top5(tiny_cait, digits, tmp_path, capsys):
     folder = digits(tmp_path / "digits", per_class=6)
-    model = small_cait(classes=10)
+    model = tiny_cait(classes=10)
     model_path = str(tmp_path / "model.keras")
     model.save(model_path)
     args = runs.evaluate_parser().parse_args(
@@ -40,8 +41,8 @@ def test_evaluate_reports_top1_and_top5(small_cait, digits, tmp_path, capsys):
     report = runs.evaluate_run(args)
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == report
 
-    source = data.image_folder(folder)
-    images, labels = zip(*data.evaluation_dataset(source, 32, 60).unbatch())
+    source = sources.image_folder(folder)
+    images, labels = zip(*stream.evaluation_dataset(source, 32, 60).unbatch())
     scores = model.predict(np.stack(images), verbose=0)
     ranks = np.argsort(-scores, axis=1)
     labels = np.array(labels)
@@ -50,10 +51,10 @@ def test_evaluate_reports_top1_and_top5(small_cait, digits, tmp_path, capsys):
     assert report["top5"] == pytest.approx(np.mean(np.any(ranks[:, :5] == labels[:, None], axis=1)))
 
 
-def test_evaluate_refuses_a_class_count_mismatch(small_cait, digits, tmp_path):
+def test_evaluate_refuses_a_class_count_mismatch(tiny_cait, digits, tmp_path):
     folder = digits(tmp_path / "digits", per_class=1)
     model_path = str(tmp_path / "model.keras")
-    small_cait(classes=4).save(model_path)
+    tiny_cait(classes=4).save(model_path)
     args = runs.evaluate_parser().parse_args(["--model", model_path, "--data", folder])
     with pytest.raises(ValueError, match="predicts 4 classes but .* has 10"):
         runs.evaluate_run(args)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from keras_cait import demo
+from keras_cait.cli import demo
 from keras_cait.weights import registry
 
 

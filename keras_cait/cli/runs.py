@@ -1,7 +1,9 @@
-"""The runs behind scripts/train.py, scripts/finetune.py and scripts/evaluate.py.
+"""`keras-cait train | finetune | evaluate`: the runs built from `keras_cait.training`.
 
 Each `*_parser()` lists the flags with their defaults and sources; each
-`*_run(args)` does the work with the pieces of `keras_cait.training`.
+`*_run(args)` does the work with the pieces of `keras_cait.training`;
+`main(command, argv)` parses and runs one. scripts/train.py, finetune.py and
+evaluate.py call the same commands.
 """
 
 import argparse
@@ -11,8 +13,8 @@ import os
 
 import keras
 
-from keras_cait.training import augment, data, distribute, optimizer, resume, schedule, transfer
 from keras_cait.model import build_cait
+from keras_cait.training import augment, distribute, optimizer, resume, schedule, sources, stream, transfer
 from keras_cait.training.callbacks import run_callbacks
 from keras_cait.variants import cait
 
@@ -26,8 +28,10 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
     pass
 
 
-def _parser(description):
-    return argparse.ArgumentParser(description=description, formatter_class=_Formatter)
+def _parser(description, command):
+    return argparse.ArgumentParser(
+        prog=f"keras-cait {command}", description=description, formatter_class=_Formatter
+    )
 
 
 def _add_data_arguments(parser, train):
@@ -112,7 +116,8 @@ def train_parser():
     parser = _parser(
         "Train a CaiT from scratch with the DeiT/CaiT recipe (AdamW, warmup + cosine, "
         "RandAugment, mixup/cutmix, random erasing, repeated augmentation, stochastic "
-        "depth, EMA). Defaults are DeiT's main.py; CaiT trains 400 epochs."
+        "depth, EMA). Defaults are DeiT's main.py; CaiT trains 400 epochs.",
+        "train",
     )
     parser.add_argument("--model", default="S24",
                         help="CaiT variant (XXS24, XXS36, XS24, S24, ...) or a JSON object of "
@@ -137,7 +142,8 @@ def finetune_parser():
     parser = _parser(
         "Fine-tune a CaiT on a folder of images: a new head is trained with the backbone "
         "frozen, then the whole network with a lower learning rate (Keras' transfer-learning "
-        "recipe), at any resolution (the position embedding is resized)."
+        "recipe), at any resolution (the position embedding is resized).",
+        "finetune",
     )
     parser.add_argument("--model", default="XXS24",
                         help="CaiT variant (XXS24, S24, ...) or the path of a .keras model")
@@ -164,7 +170,7 @@ def finetune_parser():
 
 
 def evaluate_parser():
-    parser = _parser("Top-1 / top-5 accuracy of a CaiT on a folder of images or a TFDS split.")
+    parser = _parser("Top-1 / top-5 accuracy of a CaiT on a folder of images or a TFDS split.", "evaluate")
     parser.add_argument("--model", default="S24",
                         help="CaiT variant (with --weights) or the path of a .keras model")
     parser.add_argument("--weights", default="imagenet",
@@ -193,11 +199,11 @@ def _class_names(args):
 
 def _sources(args):
     class_names = _class_names(args)
-    train = data.source(args.data, class_names, args.tfds_dir)
+    train = sources.source(args.data, class_names, args.tfds_dir)
     if args.val_data:
-        return train, data.source(args.val_data, class_names, args.tfds_dir)
+        return train, sources.source(args.val_data, class_names, args.tfds_dir)
     if getattr(args, "val_fraction", 0):
-        return data.split(train, args.val_fraction, seed=args.seed)
+        return sources.split(train, args.val_fraction, seed=args.seed)
     return train, None
 
 
@@ -255,7 +261,7 @@ def _compile(model, args, peak, epochs, steps, warmup_epochs=0, warmup_start=0.0
 def _train(model, args, train, validation, distribution, epochs, output_dir, backup_name, seed):
     """One resumable `fit` of `epochs` epochs; returns its History (None if already done)."""
     global_batch = distribution.global_batch_size(args.batch_size)
-    steps = data.steps_per_epoch(train, global_batch)
+    steps = stream.steps_per_epoch(train, global_batch)
     callbacks, backup = run_callbacks(
         output_dir,
         os.path.join(output_dir, "backup", backup_name),
@@ -265,7 +271,7 @@ def _train(model, args, train, validation, distribution, epochs, output_dir, bac
     augmentation = _augmentation(args, train.num_classes)
 
     def stream_from(step):
-        return data.training_stream(
+        return stream.training_stream(
             train, augmentation, global_batch, epochs, seed=seed, start_step=step,
             shuffle_buffer=args.shuffle_buffer, cache=args.cache,
         )
@@ -282,7 +288,7 @@ def _train(model, args, train, validation, distribution, epochs, output_dir, bac
 def _validation(args, validation, global_batch):
     if validation is None:
         return None
-    return data.evaluation_dataset(
+    return stream.evaluation_dataset(
         validation, args.image_size, global_batch, args.crop_pct, one_hot=True, cache=True
     )
 
@@ -314,7 +320,7 @@ def train_run(args):
     distribution = distribute.distribution(args.strategy)
     train, validation = _sources(args)
     global_batch = distribution.global_batch_size(args.batch_size)
-    steps = data.steps_per_epoch(train, global_batch)
+    steps = stream.steps_per_epoch(train, global_batch)
     output_dir = _output_dir(args, distribution)
     with distribution.scope():
         model = _new_model(args, train.num_classes)
@@ -351,7 +357,7 @@ def finetune_run(args):
     distribution = distribute.distribution(args.strategy)
     train, validation = _sources(args)
     global_batch = distribution.global_batch_size(args.batch_size)
-    steps = data.steps_per_epoch(train, global_batch)
+    steps = stream.steps_per_epoch(train, global_batch)
     validation = _validation(args, validation, global_batch)
     output_dir = _output_dir(args, distribution)
     head_weights = os.path.join(output_dir, "head.weights.h5")
@@ -387,7 +393,7 @@ def finetune_run(args):
 def evaluate_run(args):
     """Prints and returns {"top1": ..., "top5": ..., "images": ...} of the model on the data."""
     keras.mixed_precision.set_global_policy(args.precision)
-    source = data.source(args.data, _class_names(args), args.tfds_dir)
+    source = sources.source(args.data, _class_names(args), args.tfds_dir)
     if args.model.endswith(".keras"):
         model = keras.models.load_model(args.model)
     else:
@@ -404,9 +410,22 @@ def evaluate_run(args):
         metrics.append(keras.metrics.SparseTopKCategoricalAccuracy(5, name="top5"))
     # Keras evaluates a loss in any case; only the accuracies are reported.
     model.compile(loss="sparse_categorical_crossentropy", metrics=metrics, jit_compile=False)
-    dataset = data.evaluation_dataset(source, args.image_size, args.batch_size, args.crop_pct)
+    dataset = stream.evaluation_dataset(source, args.image_size, args.batch_size, args.crop_pct)
     results = model.evaluate(dataset, return_dict=True, verbose=1)
     report = {name: float(value) for name, value in results.items() if name != "loss"}
     report["images"] = source.num_examples
     print(json.dumps(report))
     return report
+
+
+COMMANDS = {
+    "train": (train_parser, train_run),
+    "finetune": (finetune_parser, finetune_run),
+    "evaluate": (evaluate_parser, evaluate_run),
+}
+
+
+def main(command, argv=None):
+    """Parses `argv` with the command's parser and runs it, e.g. `main("evaluate", [...])`."""
+    parser, run = COMMANDS[command]
+    run(parser().parse_args(argv))

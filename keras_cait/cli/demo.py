@@ -181,7 +181,7 @@ def classify_in_fresh_process(saved_model, images, labels, workdir):
     batch = os.path.join(workdir, "held_out.npz")
     np.savez(batch, images=images, labels=labels)
     child = subprocess.run(
-        [sys.executable, "-m", "keras_cait.demo", "--classify", saved_model, batch],
+        [sys.executable, "-m", "keras_cait.cli.demo", "--classify", saved_model, batch],
         capture_output=True, text=True,
     )
     os.remove(batch)

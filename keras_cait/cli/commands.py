@@ -1,4 +1,10 @@
-"""The `keras-cait` command line: predict, convert, export, attention, demo."""
+"""The `keras-cait` command line: predict, convert, export, attention, demo, train, finetune, evaluate.
+
+Each command's work is a function of its parsed arguments; the library is
+imported inside it, so `keras-cait --help` and argument errors are instant.
+`train`, `finetune` and `evaluate` have many flags of their own and are parsed
+by `keras_cait.cli.runs`.
+"""
 
 import argparse
 import os
@@ -32,21 +38,12 @@ def _build(model_name, weights):
 
 
 def _load_image(path, side):
-    import keras
-    import numpy as np
-
-    from keras_cait.preprocessing import evaluation_crop_geometry
+    from keras_cait.preprocessing import load_image
 
     try:
-        image = keras.utils.load_img(path, interpolation="bicubic")
+        return load_image(path, side)
     except (OSError, ValueError) as error:
-        raise SystemExit(f"keras-cait: cannot read image {path!r}: {error}") from error
-    # The reference evaluation transform: shorter side to `side`, centre crop (crop_pct 1.0).
-    width, height = image.size
-    resized_height, resized_width, top, left = evaluation_crop_geometry(height, width, side, side)
-    image = image.resize((resized_width, resized_height), 3)
-    image = image.crop((left, top, left + side, top + side))
-    return np.asarray(image, dtype="float32")
+        raise SystemExit(f"keras-cait: {error}") from error
 
 
 def predict(args):
@@ -134,7 +131,7 @@ def attention(args):
 
 
 def demo(args):
-    from keras_cait import demo as demo_module
+    from keras_cait.cli import demo as demo_module
 
     small = args.small or demo_module.small_from_environment()
     demo_module.run(out=args.out, init=args.init, small=small, epochs=args.epochs)
@@ -193,13 +190,26 @@ def build_parser():
                    help="the quick CI version (also KERAS_CAIT_DEMO_SMALL=1)")
     d.add_argument("--epochs", type=int, help="override the number of epochs")
     d.set_defaults(run=demo)
+
+    for name, help in RUNS.items():
+        # Listed here for `keras-cait --help`; main() hands their flags to keras_cait.cli.runs.
+        commands.add_parser(name, help=f"{help} (keras-cait {name} --help for the flags)", add_help=False)
     return parser
 
 
+RUNS = {
+    "train": "train a CaiT from scratch with the DeiT/CaiT recipe",
+    "finetune": "fine-tune a CaiT on a folder of images",
+    "evaluate": "top-1 / top-5 accuracy on a folder of images or a TFDS split",
+}
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in RUNS:
+        from keras_cait.cli import runs
+
+        runs.main(argv[0], argv[1:])
+        return
     args = build_parser().parse_args(argv)
     args.run(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,213 @@
+"""Training and evaluation streams (tf.data) of an image source.
+
+`training_stream` shuffles, decodes and augments a source's examples in
+parallel; every random draw except Keras' RandAugment and random erasing is a
+pure function of (seed, epoch, position), so a stream that starts at step k
+yields exactly the batches k, k+1, ... of one that started at 0, which is what
+lets a killed run resume bit for bit. `evaluation_dataset` applies the
+reference's evaluation transform (`keras_cait.evaluation_transform`).
+"""
+
+import contextlib
+import math
+
+import tensorflow as tf
+
+from keras_cait.evaluation_transform import decode_image, evaluation_transform
+from keras_cait.training import augment
+from keras_cait.training.random_resized_crop import ATTEMPTS
+
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+def evaluation_dataset(source, image_size, batch_size, crop_pct=1.0, one_hot=False, cache=False):
+    """Batches of (evaluation-transformed images, labels) in the source's order.
+
+    Labels are class indices, or one-hot float vectors with `one_hot=True`
+    (to match a categorical training loss). `cache=True` keeps the transformed
+    images in memory after the first pass.
+    """
+    num_classes = source.num_classes
+
+    def prepare(*element):
+        encoded, label = source.load(*element)
+        image = evaluation_transform(decode_image(encoded), image_size, crop_pct)
+        if one_hot:
+            label = tf.one_hot(label, num_classes)
+        return image, label
+
+    dataset = source.examples.map(prepare, num_parallel_calls=AUTOTUNE)
+    if cache:
+        dataset = dataset.cache()
+    return dataset.batch(batch_size).prefetch(AUTOTUNE)
+
+
+@contextlib.contextmanager
+def _tensorflow_ops(layer):
+    """Lets a Keras preprocessing layer's methods run on TF tensors under any Keras backend,
+    as the layer's own `__call__` does inside tf.data."""
+    layer.backend.set_backend("tensorflow")
+    try:
+        yield
+    finally:
+        layer.backend.reset()
+
+
+def _block_shuffle(examples, buffer, key):
+    """Permutes each run of `buffer` consecutive examples by a stateless draw from `key`.
+
+    With `buffer` >= the example count this is a uniform permutation of the
+    whole epoch. Unlike `Dataset.shuffle` the order depends on `key` alone, not
+    on how many iterators were made before, which a resumed run needs.
+    """
+
+    def permute(index, block):
+        size = tf.shape(tf.nest.flatten(block)[0])[0]
+        noise = tf.random.stateless_uniform(
+            [size], tf.random.experimental.stateless_fold_in(key, index)
+        )
+        order = tf.argsort(noise)
+        return tf.nest.map_structure(lambda tensor: tf.gather(tensor, order), block)
+
+    return examples.batch(buffer).enumerate().map(permute).unbatch()
+
+
+def steps_per_epoch(source, batch_size):
+    """Full batches per epoch (the last partial batch is dropped, as DeiT's loader does)."""
+    steps = source.num_examples // batch_size
+    if steps == 0:
+        raise ValueError(
+            f"batch_size={batch_size} is larger than the {source.num_examples} training images; "
+            f"use a batch of at most {source.num_examples}."
+        )
+    return steps
+
+
+def training_stream(
+    source,
+    augmentation,
+    batch_size,
+    epochs,
+    seed=0,
+    start_step=0,
+    shuffle_buffer=None,
+    cache=False,
+):
+    """The batches of a whole training run, from step `start_step` on.
+
+    Each epoch shuffles the examples (seeded by seed and epoch), keeps
+    ceil(N / repeats) of them and repeats each `repeats` times (DeiT's repeated
+    augmentation), decodes and augments each image (RandomResizedCrop, flip,
+    RandAugment, random erasing), batches them, and mixes each batch
+    (mixup/cutmix with soft labels).
+
+    Args:
+        source: an `ImageSource`.
+        augmentation: an `augment.Augmentation`.
+        batch_size: the global batch size.
+        epochs: the length of the run; the stream ends after it.
+        seed: the seed of every random draw.
+        start_step: the first batch to yield (the steps a resumed run has done).
+        shuffle_buffer: examples shuffled together; None shuffles the whole
+            epoch for in-memory sources (file paths) and blocks of 10,000
+            records for TFRecords and TFDS.
+        cache: keep the encoded images in memory after the first epoch.
+
+    Returns:
+        a `tf.data.Dataset` of `(images (B, S, S, 3) float32 0..255, soft labels (B, K))`.
+    """
+    steps = steps_per_epoch(source, batch_size)
+    examples_per_epoch = steps * batch_size
+    first_epoch, first_batch = divmod(start_step, steps)
+    examples, load = source.examples, source.load
+    if cache:
+        examples = examples.map(load, num_parallel_calls=AUTOTUNE).cache()
+        load = None
+    buffer = shuffle_buffer or (source.num_examples if source.in_memory else 10_000)
+    repeats = augmentation.repeats
+    unique_per_epoch = math.ceil(source.num_examples / repeats)
+
+    crop = augmentation.crop()
+    mix = augmentation.mix()
+    rand_augment = None
+    if augmentation.rand_augment_magnitude:
+        rand_augment = augment.rand_augment(augmentation.rand_augment_magnitude, seed=seed)
+    erase = None
+    if augmentation.random_erasing:
+        erase = augment.random_erasing(augmentation.random_erasing, seed=seed)
+    run_key = tf.constant([seed, 0], tf.int64)
+    element_key, batch_key, shuffle_key = (
+        tf.random.experimental.stateless_fold_in(run_key, purpose) for purpose in range(3)
+    )
+
+    def augment_example(index, example):
+        if load is not None:
+            example = load(*example) if isinstance(example, tuple) else load(example)
+        encoded, label = example
+        keys = tf.random.experimental.stateless_split(
+            tf.random.experimental.stateless_fold_in(element_key, index), 2
+        )
+        image = decode_image(encoded)
+        uniforms = tf.random.stateless_uniform((1, ATTEMPTS, 4), keys[0])
+        with _tensorflow_ops(crop):
+            shape = tf.shape(image)
+            boxes = crop.crop_boxes(uniforms, shape[0], shape[1])
+            image = crop.transform_images(image[None], {"boxes": boxes})[0]
+        image = tf.clip_by_value(tf.round(image), 0.0, 255.0)
+        if augmentation.horizontal_flip:
+            image = tf.image.stateless_random_flip_left_right(image, keys[1])
+        if rand_augment is not None:
+            image = rand_augment(image)
+        if erase is not None:
+            image = erase(image)
+        return image, label
+
+    def mix_batch(step, images, labels):
+        keys = tf.random.experimental.stateless_split(
+            tf.random.experimental.stateless_fold_in(batch_key, step), 4
+        )
+        switch = tf.random.stateless_uniform((), keys[0])
+
+        def beta(alpha, key):
+            gammas = tf.random.stateless_gamma((2,), key, alpha=max(alpha, 1e-3))
+            return gammas[0] / (gammas[0] + gammas[1])
+
+        centre = tf.random.stateless_uniform((2,), keys[3])
+        shape = tf.shape(images)
+        with _tensorflow_ops(mix):
+            transformation = mix.transformation_from_draws(
+                switch,
+                beta(augmentation.mixup_alpha, keys[1]),
+                beta(augmentation.cutmix_alpha, keys[2]),
+                centre,
+                shape[1],
+                shape[2],
+            )
+            images = mix.transform_images(images, transformation)
+            labels = mix.transform_labels(labels, transformation)
+        return images, labels
+
+    def one_epoch(epoch_index):
+        epoch_key = tf.random.experimental.stateless_fold_in(shuffle_key, epoch_index)
+        shuffled = _block_shuffle(examples, buffer, epoch_key)
+        if repeats > 1:
+            shuffled = shuffled.take(unique_per_epoch).flat_map(
+                lambda *example: tf.data.Dataset.from_tensors(example).repeat(repeats)
+            )
+        skipped = tf.where(
+            epoch_index == first_epoch, tf.constant(first_batch * batch_size, tf.int64), 0
+        )
+        first_position = epoch_index * examples_per_epoch
+        positions = tf.data.Dataset.range(first_position, first_position + examples_per_epoch)
+        epoch_examples = tf.data.Dataset.zip(positions, shuffled).skip(skipped)
+        # Skipped examples of a resumed epoch are neither read nor decoded.
+        images = epoch_examples.map(augment_example, num_parallel_calls=AUTOTUNE)
+        batches = images.batch(batch_size, drop_remainder=True)
+        first_step = epoch_index * steps + skipped // batch_size
+        batch_steps = tf.data.Dataset.range(first_step, (epoch_index + 1) * steps)
+        return tf.data.Dataset.zip(batch_steps, batches).map(
+            lambda step, batch: mix_batch(step, *batch), num_parallel_calls=AUTOTUNE
+        )
+
+    stream = tf.data.Dataset.range(first_epoch, epochs).flat_map(one_epoch)
+    return stream.prefetch(AUTOTUNE)

@@ -1,0 +1,69 @@
+"""keras_cait.training.stream: evaluation batches and resumable training batches."""
+
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_cait.training import Augmentation, sources, stream
+from tests.training.helpers import NO_AUGMENTATION, digest, stream_images
+
+
+def test_evaluation_dataset_batches_in_order_with_one_hot_labels(folder):
+    source = sources.image_folder(folder)
+    images, labels = next(iter(stream.evaluation_dataset(source, 32, 16, one_hot=True)))
+    assert images.shape == (16, 32, 32, 3) and images.dtype == tf.float32
+    np.testing.assert_array_equal(labels.numpy(), np.eye(10)[[0] * 10 + [1] * 6])
+
+
+def test_each_epoch_is_a_new_permutation_without_the_last_partial_batch(folder):
+    source = sources.image_folder(folder)
+    augmentation = Augmentation(image_size=32, num_classes=10, **NO_AUGMENTATION)
+    batches = stream_images(source, augmentation, batch_size=16, epochs=2, seed=0)
+    assert len(batches) == 2 * (100 // 16)
+    epochs = [np.concatenate([b[0] for b in batches[i * 6:(i + 1) * 6]]) for i in range(2)]
+    every_image = {digest(image) for image, _ in stream.evaluation_dataset(source, 32, 1).unbatch()}
+    for images in epochs:
+        seen = [digest(image) for image in images]
+        assert len(set(seen)) == 96 and set(seen) <= every_image
+    assert [digest(i) for i in epochs[0]] != [digest(i) for i in epochs[1]]
+
+
+def test_repeated_augmentation_shows_each_chosen_image_three_times(folder):
+    source = sources.image_folder(folder)
+    augmentation = Augmentation(image_size=32, num_classes=10, **{**NO_AUGMENTATION, "repeats": 3})
+    batches = stream_images(source, augmentation, batch_size=16, epochs=1, seed=0)
+    counts = collections.Counter(digest(image) for images, _ in batches for image in images)
+    assert sum(counts.values()) == 96
+    assert list(counts.values()) == [3] * 32  # of ceil(100 / 3) = 34 images × 3, the first 96
+
+
+def test_a_stream_started_at_step_k_is_the_tail_of_the_whole_one(folder):
+    source = sources.image_folder(folder)
+    augmentation = Augmentation(image_size=32, num_classes=10, rand_augment_magnitude=0,
+                                random_erasing=0)
+    whole = stream_images(source, augmentation, batch_size=16, epochs=3, seed=5)
+    tail = stream_images(source, augmentation, batch_size=16, epochs=3, seed=5, start_step=8)
+    assert len(tail) == len(whole) - 8
+    for (images, labels), (want_images, want_labels) in zip(tail, whole[8:]):
+        np.testing.assert_array_equal(images, want_images)
+        np.testing.assert_array_equal(labels, want_labels)
+    cached = stream_images(source, augmentation, batch_size=16, epochs=2, seed=5, cache=True)
+    for (images, _), (want_images, _) in zip(cached, whole):
+        np.testing.assert_array_equal(images, want_images)
+    other_seed = stream_images(source, augmentation, batch_size=16, epochs=1, seed=6)
+    assert not np.array_equal(other_seed[0][0], whole[0][0])
+    for _, labels in whole:
+        np.testing.assert_allclose(labels.sum(axis=1), 1.0, rtol=1e-6)
+        assert labels.min() >= 0.01 - 1e-7  # label smoothing 0.1 over 10 classes
+
+
+def test_the_full_recipe_runs(folder):
+    source = sources.image_folder(folder)
+    augmentation = Augmentation(image_size=32, num_classes=10)
+    images, labels = next(iter(stream.training_stream(source, augmentation, 8, 1, seed=0)))
+    assert images.shape == (8, 32, 32, 3) and labels.shape == (8, 10)
+    assert np.all(np.isfinite(images.numpy()))
+    with pytest.raises(ValueError, match="batch_size=128 is larger than the 100"):
+        stream.training_stream(source, augmentation, 128, 1)
