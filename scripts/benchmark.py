@@ -1,17 +1,34 @@
-"""Inference speed of keras_cait (TensorFlow backend) and timm, side by side, on the CPU.
+"""CPU inference speed of keras_cait's paths and timm's, timed in turns in one run.
 
-    python scripts/benchmark.py                 # writes the section of docs/benchmarks.md
-    python scripts/benchmark.py --quick         # 3 s per case, prints only
+    python scripts/benchmark.py --output rows.json            # XXS24 and S24, batch 1 and 16
+    python scripts/benchmark.py --big --output big.json       # + M36 and M48 at batch 1
+    python scripts/benchmark.py --smoke --output smoke.json   # tiny model, one round (a test)
 
-One run measures both, on the same machine, the same random weights (timm's, converted
-through keras_cait's loader), the same input and the same number of threads. Each
-measurement runs in a fresh process of its own so that the two frameworks' thread pools
-never compete. keras_cait is timed as one deploys it: the model called in a `tf.function`
-(and with XLA); timm in `torch.inference_mode()`. Run it on an otherwise idle machine.
+Ratios between frameworks are only meaningful if they share the machine's state:
+torch's OpenMP threads collapse when anything else runs, TensorFlow's less so. So
+every path gets one persistent worker process per model, all workers are loaded
+(and warmed up) first, then they are timed in turns: round after round, each path
+runs for `--seconds` while the others wait, in an order rotated every round. A
+path's speed is the median over rounds; its ratio to timm eager is the median of
+the per-round ratios. The machine's fp32 matmul ceiling is one more worker timed
+in the same turns, so "% of ceiling" compares like with like. The load average
+at start and end is recorded: run it on an otherwise idle machine.
+
+Every worker uses `--threads` threads (torch.set_num_threads; TensorFlow intra-op
+threads with one inter-op thread; ONNX Runtime intra_op_num_threads) and the same
+random timm weights, loaded into keras_cait through its converter, so both sides
+compute the same model; each path's outputs are checked against timm eager's.
+Images are random 0..255 pixels (float32); timm's paths get them normalised
+outside the timed call, keras_cait's models normalise inside.
+
+A path is a name and a loader in `PATHS`: `loader(spec, batches, workdir, threads)` builds
+the model and returns `run(images) -> numpy outputs` (logits, or probabilities
+where `PROBABILITIES` says so). Adding a path is adding one loader.
 """
 
 import argparse
 import json
+import math
 import os
 import platform
 import statistics
@@ -20,147 +37,475 @@ import sys
 import tempfile
 import time
 
-VARIANTS = (("XXS24", "cait_xxs24_224"), ("S24", "cait_s24_224"))
-BATCHES = (1, 16)
-SECTION = "## Inference on the CPU: keras_cait vs timm"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchmark_training import forward_flops  # noqa: E402
+
+VARIANTS = {  # keras_cait variant -> timm architecture at 224
+    "XXS24": "cait_xxs24_224",
+    "S24": "cait_s24_224",
+    "M36": "cait_m36_384",
+    "M48": "cait_m48_448",
+}
+SMOKE = dict(embed_dim=32, depth=1, num_heads=2, init_values=0.1, patch_size=8, image_size=32, classes=10)
+CEILING = "matmul-ceiling"
+REFERENCE = "timm-eager"
+# Paths whose outputs are probabilities (the serving signature adds the softmax).
+PROBABILITIES = {"keras-saved-model"}
 
 
-def _images_per_second(run, batch, seconds, warmup=2):
-    for _ in range(warmup):
-        run()
-    times = []
-    deadline = time.perf_counter() + seconds
-    while time.perf_counter() < deadline or len(times) < 3:
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return batch / statistics.median(times)
+# === Models ===
 
 
-def _worker(framework, variant, checkpoint, batch, threads, seconds, logits_path):
-    """Times one framework on one case; prints a JSON line."""
-    import numpy as np
+def _spec(variant):
+    """What a worker needs to build both models: sizes, and the timm architecture."""
+    if variant == "smoke":
+        return dict(SMOKE, variant="smoke")
+    from keras_cait.variants import VARIANTS as KERAS_VARIANTS
 
-    x = np.random.RandomState(0).normal(size=(batch, 224, 224, 3)).astype("float32")
-    result = {}
-    if framework == "timm":
-        import timm
-        import torch
-        from safetensors.torch import load_file
-
-        torch.set_num_threads(threads)
-        model = timm.create_model(dict(VARIANTS)[variant]).eval()
-        model.load_state_dict(load_file(checkpoint))
-        x_torch = torch.from_numpy(x.transpose(0, 3, 1, 2).copy())
-
-        def run():
-            with torch.inference_mode():
-                return model(x_torch).numpy()
-
-        np.save(logits_path, run())
-        result["timm"] = _images_per_second(run, batch, seconds)
-        result["version"] = f"PyTorch {torch.__version__}, timm {timm.__version__}"
-    else:
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-        os.environ["KERAS_BACKEND"] = "tensorflow"
-        import tensorflow as tf
-
-        tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(1)
-        import keras
-
-        from keras_cait.variants import cait
-
-        model = cait(variant, weights=checkpoint, include_preprocessing=False, classifier_activation=None)
-        x_tf = tf.constant(x)
-        graph = tf.function(lambda images: model(images, training=False))
-        xla = tf.function(lambda images: model(images, training=False), jit_compile=True)
-        reference = np.load(logits_path)
-        result["error"] = float(np.abs(graph(x_tf).numpy() - reference).max() / np.abs(reference).max())
-        result["graph"] = _images_per_second(lambda: graph(x_tf).numpy(), batch, seconds)
-        result["xla"] = _images_per_second(lambda: xla(x_tf).numpy(), batch, seconds)
-        result["version"] = f"TensorFlow {tf.__version__}, Keras {keras.__version__}"
-    print(json.dumps(result))
+    config = KERAS_VARIANTS[variant]
+    # The extra rows time M36/M48 at 224 too: speed per image, not their released resolution.
+    return dict(
+        variant=variant, arch=VARIANTS[variant], embed_dim=config["embed_dim"], depth=config["depth"],
+        num_heads=config["num_heads"], init_values=config["init_values"], patch_size=16,
+        image_size=224, classes=1000,
+    )
 
 
-def _measure(framework, variant, checkpoint, batch, args, logits_path):
-    command = [sys.executable, __file__, "--worker", framework, variant, checkpoint, str(batch),
-               "--threads", str(args.threads), "--seconds", str(args.seconds), "--logits", logits_path]
-    run = subprocess.run(command, capture_output=True, text=True, check=False)
-    if run.returncode:
-        raise RuntimeError(f"{' '.join(command)} failed:\n{run.stderr[-3000:]}")
-    return json.loads(run.stdout.strip().splitlines()[-1])
-
-
-def _save_random_checkpoint(arch, path):
+def _timm_model(spec):
     import timm
+    from timm.models.cait import Cait
+
+    if spec["variant"] == "smoke":
+        return Cait(img_size=spec["image_size"], patch_size=spec["patch_size"], embed_dim=spec["embed_dim"],
+                    depth=spec["depth"], num_heads=spec["num_heads"], init_values=spec["init_values"],
+                    num_classes=spec["classes"]).eval()
+    return timm.create_model(spec["arch"], img_size=spec["image_size"]).eval()
+
+
+def _keras_model(spec, workdir, classifier_activation=None):
+    from keras_cait.model import build_cait
+    from keras_cait.weights import load_weights_file
+
+    size = spec["image_size"]
+    model = build_cait(
+        embed_dim=spec["embed_dim"], depth=spec["depth"], num_heads=spec["num_heads"],
+        init_values=spec["init_values"], patch_size=spec["patch_size"], input_shape=(size, size, 3),
+        classes=spec["classes"], classifier_activation=classifier_activation,
+    )
+    load_weights_file(model, os.path.join(workdir, "timm.safetensors"))
+    return model
+
+
+def save_random_checkpoint(spec, workdir):
+    """timm's model with seeded random weights, as a safetensors file both sides load."""
     import torch
     from safetensors.torch import save_file
 
     torch.manual_seed(0)
-    model = timm.create_model(arch)
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, path)
+    model = _timm_model(spec)
+    with torch.no_grad():  # LayerScale and biases start at constants: randomise every parameter
+        for parameter in model.parameters():
+            parameter.normal_(0.0, 0.02).add_(torch.randn(()) * 0.01)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()},
+              os.path.join(workdir, "timm.safetensors"))
 
 
-def _write_section(path, lines):
-    text = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
-    head, found, tail = text.partition(SECTION)
-    rest = tail[tail.find("\n## "):] if found and "\n## " in tail else ""
-    text = head.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n" + rest
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path + ".part", "w") as file:
-        file.write(text)
-    os.replace(path + ".part", path)
+def images(spec, batch):
+    import numpy as np
+
+    size = spec["image_size"]
+    return np.random.RandomState(batch).randint(0, 256, (batch, size, size, 3)).astype("float32")
+
+
+# === Paths: name -> loader(spec, batches, workdir, threads) -> run(images) ===
+
+
+def _timm_loaded(spec, workdir):
+    from safetensors.torch import load_file
+
+    model = _timm_model(spec)
+    model.load_state_dict(load_file(os.path.join(workdir, "timm.safetensors")))
+    return model
+
+
+def _normalised_nchw(spec):
+    """pixels -> timm's input, cached per array: done outside the timed calls."""
+    import numpy as np
+    from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+
+    mean = np.array(IMAGENET_DEFAULT_MEAN, "float32") * 255
+    std = np.array(IMAGENET_DEFAULT_STD, "float32") * 255
+    cache = {}
+
+    def prepare(pixels):
+        if id(pixels) not in cache:
+            cache[id(pixels)] = (pixels, ((pixels - mean) / std).transpose(0, 3, 1, 2).copy())
+        return cache[id(pixels)][1]
+
+    return prepare
+
+
+def _timm_eager(spec, batches, workdir, threads, compiled=False):
+    import torch
+
+    model = _timm_loaded(spec, workdir)
+    if compiled:
+        model = torch.compile(model, dynamic=False)
+    prepare = _normalised_nchw(spec)
+
+    def run(pixels):
+        with torch.inference_mode():
+            return model(torch.from_numpy(prepare(pixels))).numpy()
+
+    return run
+
+
+def _timm_compiled(spec, batches, workdir, threads):
+    return _timm_eager(spec, batches, workdir, threads, compiled=True)
+
+
+def _onnx_runtime(path, threads):
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+    session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    return lambda feed: session.run(None, {name: feed})[0]
+
+
+def _ort_timm(spec, batches, workdir, threads):
+    """timm's own ONNX export (torch.onnx.export, TorchScript exporter) under ONNX Runtime."""
+    import torch
+
+    path = os.path.join(workdir, "timm.onnx")
+    size = spec["image_size"]
+    torch.onnx.export(
+        _timm_loaded(spec, workdir), (torch.zeros(1, 3, size, size),), path, input_names=["images"],
+        output_names=["logits"], dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}}, dynamo=False,
+    )
+    session, prepare = _onnx_runtime(path, threads), _normalised_nchw(spec)
+    return lambda pixels: session(prepare(pixels))
+
+
+def _keras_predict(spec, batches, workdir, threads):
+    model = _keras_model(spec, workdir)
+    return lambda pixels: model.predict(pixels, verbose=0)
+
+
+def _keras_predict_on_batch(spec, batches, workdir, threads):
+    model = _keras_model(spec, workdir)
+    return model.predict_on_batch
+
+
+def _keras_xla(spec, batches, workdir, threads):
+    model = _keras_model(spec, workdir)
+    model.compile(jit_compile=True)
+    return model.predict_on_batch
+
+
+def _keras_saved_model(spec, batches, workdir, threads):
+    """`serving_default` as TF Serving runs it: loaded without keras_cait, no XLA."""
+    path = os.path.join(workdir, "saved_model", "1")
+    script = (
+        "import sys; from keras_cait.export import export_saved_model; "
+        "sys.path.insert(0, sys.argv[1]); from benchmark import _keras_model, _spec; "
+        "import json; spec = json.loads(sys.argv[2]); "
+        "export_saved_model(_keras_model(spec, sys.argv[3], 'softmax'), sys.argv[4], "
+        "top_k=min(5, spec['classes']), class_names=[str(i) for i in range(spec['classes'])])"
+    )
+    # Exported in a child process, so that this one never imports keras_cait (nor Keras).
+    subprocess.run([sys.executable, "-c", script, os.path.dirname(os.path.abspath(__file__)),
+                    json.dumps(spec), workdir, path], check=True, stdout=sys.stderr)
+    import tensorflow as tf
+
+    signature = tf.saved_model.load(path).signatures["serving_default"]
+    assert "keras_cait" not in sys.modules, "the SavedModel must be served without keras_cait"
+    return lambda pixels: signature(images=tf.constant(pixels))["probabilities"].numpy()
+
+
+def _keras_onnx(spec, batches, workdir, threads):
+    path = os.path.join(workdir, "keras_cait.onnx")
+    from keras_cait.export import export_onnx
+
+    export_onnx(_keras_model(spec, workdir), path)
+    return _onnx_runtime(path, threads)
+
+
+PATHS = {
+    "timm-eager": _timm_eager,
+    "timm-compile": _timm_compiled,
+    "ort-timm-onnx": _ort_timm,
+    "keras-predict": _keras_predict,
+    "keras-predict-on-batch": _keras_predict_on_batch,
+    "keras-xla": _keras_xla,
+    "keras-saved-model": _keras_saved_model,
+    "keras-onnx": _keras_onnx,
+}
+PEERS = ("timm-eager", "timm-compile", "ort-timm-onnx")
+LABELS = {
+    "timm-eager": "timm eager",
+    "timm-compile": "timm + torch.compile",
+    "ort-timm-onnx": "ORT on timm's ONNX",
+    "keras-predict": "`model.predict`",
+    "keras-predict-on-batch": "`predict_on_batch`",
+    "keras-xla": "`predict_on_batch`, `jit_compile=True`",
+    "keras-saved-model": "SavedModel `serving_default`",
+    "keras-onnx": "our ONNX under ORT",
+}
+
+
+def _matmul_ceiling(spec, batches, workdir, threads):
+    """fp32 GEMM, n=2048, by TensorFlow (oneDNN) and torch (MKL): the faster is the ceiling."""
+    import numpy as np
+    import tensorflow as tf
+    import torch
+
+    n = 2048
+    a = np.random.RandomState(0).normal(size=(n, n)).astype("float32")
+    tf_a, torch_a = tf.constant(a), torch.from_numpy(a)
+    tf_matmul = tf.function(lambda x: tf.matmul(x, x))
+
+    def run(_):
+        best = math.inf
+        for call in (lambda: tf_matmul(tf_a).numpy(), lambda: torch.mm(torch_a, torch_a).numpy()):
+            start = time.perf_counter()
+            call()
+            best = min(best, time.perf_counter() - start)
+        return 2 * n**3 / best / 1e9
+
+    return run
+
+
+# === Worker: loads one path, then answers "time" requests ===
+
+
+def _set_threads(path, threads):
+    """Only the frameworks the path uses are imported (memory: all workers live at once)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ["KERAS_BACKEND"] = "tensorflow"
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    if path.startswith("keras-") or path == CEILING:
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+    if not path.startswith("keras-"):
+        import torch
+
+        torch.set_num_threads(threads)
+        torch.set_num_interop_threads(1)
+
+
+def _versions():
+    import importlib.metadata
+
+    names = ("torch", "timm", "tensorflow", "keras", "onnxruntime")
+    return {name: importlib.metadata.version(name) for name in names}
+
+
+def worker(path, spec, batches, workdir, threads):
+    channel = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # whatever a library prints goes to the log, not into the protocol
+    _set_threads(path, threads)
+    start = time.perf_counter()
+    loader = _matmul_ceiling if path == CEILING else PATHS[path]
+    run = loader(spec, batches, workdir, threads)
+    inputs = {batch: images(spec, batch) for batch in batches}
+    outputs = {}
+    for batch in batches:  # compiles, traces and warms up every shape before any timing
+        for _ in range(2):
+            outputs[batch] = run(inputs[batch])
+    ready = {"load_seconds": time.perf_counter() - start}
+    if path != CEILING:
+        ready["outputs"] = {batch: outputs[batch].tolist() for batch in batches}
+    channel.write(json.dumps(ready) + "\n")
+    for line in sys.stdin:
+        request = json.loads(line)
+        if path == CEILING:
+            rates = [run(None) for _ in range(3)]
+            channel.write(json.dumps({"gflops": max(rates)}) + "\n")
+            continue
+        batch, times = request["batch"], []
+        deadline = time.perf_counter() + request["seconds"]
+        while time.perf_counter() < deadline or len(times) < 2:
+            begin = time.perf_counter()
+            run(inputs[batch])
+            times.append(time.perf_counter() - begin)
+        channel.write(json.dumps({"images_per_second": batch / statistics.median(times),
+                                  "calls": len(times)}) + "\n")
+
+
+class Worker:
+    def __init__(self, path, spec, batches, workdir, threads, log):
+        command = [sys.executable, os.path.abspath(__file__), "--worker", path, "--spec", json.dumps(spec),
+                   "--batches", *map(str, batches), "--workdir", workdir, "--threads", str(threads)]
+        self.path, self.log = path, log
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=open(log, "w"), text=True, bufsize=1)
+
+    def read(self):
+        line = self.process.stdout.readline()
+        if not line:
+            tail = open(self.log).read()[-3000:]
+            raise RuntimeError(f"worker {self.path} died; the end of {self.log}:\n{tail}")
+        return json.loads(line)
+
+    def ask(self, **request):
+        self.process.stdin.write(json.dumps(request) + "\n")
+        return self.read()
+
+    def close(self):
+        self.process.stdin.close()
+        self.process.wait()
+
+
+# === The run: load all, then rounds of turns ===
+
+
+def _max_relative_difference(output, reference, probabilities):
+    import numpy as np
+
+    output, reference = np.asarray(output), np.asarray(reference)
+    if probabilities:
+        reference = np.exp(reference - reference.max(-1, keepdims=True))
+        reference /= reference.sum(-1, keepdims=True)
+    return float(np.abs(output - reference).max() / np.abs(reference).max())
+
+
+def measure_variant(variant, batches, paths, args, workdir):
+    """Rows (one per batch and path) of one model, all its paths timed in turns."""
+    spec = _spec(variant)
+    save_random_checkpoint(spec, workdir)
+    # Loaded one after another: loading in parallel would only make each load slower.
+    workers = {}
+    for path in (*paths, CEILING):
+        log = os.path.join(args.logs, f"{variant}-{path}.log")
+        workers[path] = Worker(path, spec, batches, workdir, args.threads, log)
+        workers[path].ready = workers[path].read()
+        print(f"  {variant} {path}: loaded in {workers[path].ready['load_seconds']:.0f} s", flush=True)
+    flops = forward_flops(spec["image_size"], spec["patch_size"], spec["embed_dim"], spec["depth"],
+                          spec["num_heads"], spec["classes"])
+    speeds = {(batch, path): [] for batch in batches for path in paths}
+    ceilings = []
+    order = list(paths)
+    for round_index in range(args.rounds):
+        ceilings.append(workers[CEILING].ask()["gflops"])
+        for batch in batches:
+            for path in order:
+                result = workers[path].ask(batch=batch, seconds=args.seconds)
+                speeds[batch, path].append(result["images_per_second"])
+        order = order[1:] + order[:1]
+        print(f"  {variant} round {round_index + 1}/{args.rounds} done", flush=True)
+    for worker_ in workers.values():
+        worker_.close()
+
+    ceiling = statistics.median(ceilings)
+    rows = []
+    for batch in batches:
+        reference = workers[REFERENCE].ready["outputs"][str(batch)] if REFERENCE in paths else None
+        for path in paths:
+            samples = speeds[batch, path]
+            row = dict(variant=variant, batch=batch, path=path, images_per_second=statistics.median(samples),
+                       rounds=samples, gflops=statistics.median(samples) * flops / 1e9,
+                       ceiling_gflops=ceiling, forward_gflops_per_image=flops / 1e9)
+            row["fraction_of_ceiling"] = row["gflops"] / ceiling
+            if reference is not None:
+                ratios = [s / r for s, r in zip(samples, speeds[batch, REFERENCE])]
+                row["ratio_to_timm_eager"] = statistics.median(ratios)
+                row["max_relative_difference"] = _max_relative_difference(
+                    workers[path].ready["outputs"][str(batch)], reference, path in PROBABILITIES)
+            rows.append(row)
+    return rows
+
+
+def markdown(rows):
+    """The images/s of timm eager and every path's ratio to it; then the best path's efficiency."""
+    paths = list(dict.fromkeys(row["path"] for row in rows))
+    cases = list(dict.fromkeys((row["variant"], row["batch"]) for row in rows))
+    by = {(row["variant"], row["batch"], row["path"]): row for row in rows}
+    lines = ["| case | " + " | ".join(LABELS.get(p, p) for p in paths) + " |",
+             "|---|" + "---|" * len(paths)]
+    for variant, batch in cases:
+        cells = []
+        for path in paths:
+            row = by[variant, batch, path]
+            if path == REFERENCE:
+                cells.append(f"{row['images_per_second']:.2f} img/s")
+            else:
+                cells.append(f"{row.get('ratio_to_timm_eager', math.nan):.2f}×")
+        lines.append(f"| {variant} bs{batch} | " + " | ".join(cells) + " |")
+    lines += ["", "| case | best keras_cait path | images/s | GFLOP/s | matmul ceiling GFLOP/s | % of ceiling "
+              "| best peer | best keras_cait / best peer | SavedModel / best keras_cait |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for variant, batch in cases:
+        ours = [by[variant, batch, p] for p in paths if p.startswith("keras-")]
+        peers = [by[variant, batch, p] for p in paths if p in PEERS]
+        if not ours:
+            continue
+        best = max(ours, key=lambda row: row["images_per_second"])
+        peer = max(peers, key=lambda row: row["images_per_second"]) if peers else None
+        saved = by.get((variant, batch, "keras-saved-model"))
+        lines.append(
+            f"| {variant} bs{batch} | {LABELS.get(best['path'], best['path'])} | {best['images_per_second']:.2f} "
+            f"| {best['gflops']:.1f} | {best['ceiling_gflops']:.1f} | {100 * best['fraction_of_ceiling']:.0f} % "
+            f"| {LABELS.get(peer['path'], peer['path']) if peer else '–'} "
+            f"| {(best['images_per_second'] / peer['images_per_second']) if peer else math.nan:.2f}× "
+            f"| {(saved['images_per_second'] / best['images_per_second']) if saved else math.nan:.2f}× |"
+        )
+    return "\n".join(lines)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--threads", type=int, default=os.cpu_count())
-    parser.add_argument("--seconds", type=float, default=20.0, help="timing per case (default: %(default)s)")
-    parser.add_argument("--quick", action="store_true", help="3 s per case, print only")
-    parser.add_argument("--output", default="docs/benchmarks.md")
-    parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
-    parser.add_argument("--logits", help=argparse.SUPPRESS)
+    parser.add_argument("--variants", nargs="+", default=["XXS24", "S24"], choices=list(VARIANTS))
+    parser.add_argument("--batches", nargs="+", type=int, default=[1, 16])
+    parser.add_argument("--big", action="store_true", help="add M36 and M48 at batch 1 (at 224)")
+    parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=list(PATHS))
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=2.0, help="each path's turn (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--smoke", action="store_true", help="tiny model, one short round: checks every path")
+    parser.add_argument("--output", help="write the rows as JSON here")
+    parser.add_argument("--logs", help="folder for the workers' logs (default: a temporary one)")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--spec", help=argparse.SUPPRESS)
+    parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.quick:
-        args.seconds = 3.0
     if args.worker:
-        framework, variant, checkpoint, batch = args.worker
-        return _worker(framework, variant, checkpoint, int(batch), args.threads, args.seconds, args.logits)
+        return worker(args.worker, json.loads(args.spec), args.batches, args.workdir, args.threads)
+    if REFERENCE not in args.paths:
+        parser.error(f"--paths must include {REFERENCE}: every ratio is to it")
 
-    rows, versions = [], set()
-    with tempfile.TemporaryDirectory() as directory:
-        for variant, arch in VARIANTS:
-            checkpoint = os.path.join(directory, f"{arch}.safetensors")
-            _save_random_checkpoint(arch, checkpoint)
-            for batch in BATCHES:
-                logits = os.path.join(directory, "logits.npy")
-                reference = _measure("timm", variant, checkpoint, batch, args, logits)
-                ours = _measure("keras_cait", variant, checkpoint, batch, args, logits)
-                versions |= {reference["version"], ours["version"]}
-                rows.append((variant, batch, reference["timm"], ours["graph"], ours["xla"], ours["error"]))
-                print(f"CaiT-{variant} batch {batch}: timm {reference['timm']:.2f}/s, keras_cait "
-                      f"{ours['graph']:.2f}/s ({ours['graph'] / reference['timm']:.2f}x), XLA "
-                      f"{ours['xla']:.2f}/s ({ours['xla'] / reference['timm']:.2f}x), "
-                      f"max rel. logit diff {ours['error']:.1e}", flush=True)
-    if args.quick:
-        return
-    lines = [
-        SECTION,
-        "",
-        f"`python scripts/benchmark.py`: one run on one machine ({platform.machine()}, {os.cpu_count()} "
-        f"cores, {args.threads} threads for each framework, each case in a fresh process), float32, "
-        f"224×224, random weights (timm's, loaded into keras_cait through its converter), median over "
-        f"{args.seconds:.0f} s per case. {'; '.join(sorted(versions))}; Python {platform.python_version()}.",
-        "",
-        "| variant | batch | timm (images/s) | keras_cait tf.function (images/s) | ratio | keras_cait XLA (images/s) | ratio | max rel. logit diff |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for variant, batch, timm_ips, graph_ips, xla_ips, error in rows:
-        lines.append(f"| CaiT-{variant} | {batch} | {timm_ips:.2f} | {graph_ips:.2f} | {graph_ips / timm_ips:.2f}× "
-                     f"| {xla_ips:.2f} | {xla_ips / timm_ips:.2f}× | {error:.1e} |")
-    _write_section(args.output, lines)
-    print(f"wrote {args.output}")
+    cases = [(variant, args.batches) for variant in args.variants]
+    if args.smoke:
+        cases, args.rounds, args.seconds = [("smoke", [1, 2])], 1, 0.2
+    elif args.big:
+        cases += [("M36", [1]), ("M48", [1])]
+    start_load = os.getloadavg()
+    started = time.time()
+    rows = []
+    with tempfile.TemporaryDirectory() as workdir:
+        args.logs = args.logs or os.path.join(workdir, "logs")
+        os.makedirs(args.logs, exist_ok=True)
+        for variant, batches in cases:
+            variant_dir = os.path.join(workdir, variant)
+            os.makedirs(variant_dir)
+            rows += measure_variant(variant, batches, args.paths, args, variant_dir)
+    machine = dict(
+        machine=platform.machine(), processor=platform.processor(), cores=os.cpu_count(), threads=args.threads,
+        load_average_start=start_load, load_average_end=os.getloadavg(), wall_seconds=time.time() - started,
+        rounds=args.rounds, seconds_per_turn=args.seconds, python=platform.python_version(), **_versions(),
+    )
+    table = markdown(rows)
+    print(json.dumps(machine))
+    print(table)
+    if args.output:
+        with open(args.output + ".part", "w") as file:
+            json.dump({"machine": machine, "rows": rows}, file, indent=1)
+        os.replace(args.output + ".part", args.output)
 
 
 if __name__ == "__main__":
