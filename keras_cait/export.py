@@ -86,7 +86,7 @@ def export_saved_model(
     if not 1 <= top_k <= classes:
         raise ValueError(f"top_k={top_k}: must be between 1 and the {classes} classes, e.g. 5.")
     _check_version_folder(path, overwrite)
-    model = _quantized(model, quantization, "export_saved_model")
+    model = _quantized(model, path, quantization)
 
     # One traced classifier that the three signatures share: the model is traced once.
     @tf.function(input_signature=[tf.TensorSpec([None, height, width, 3], tf.float32)], jit_compile=False)
@@ -148,7 +148,7 @@ def export_onnx(model, path, *, quantization=None, overwrite=False, opset_versio
     """
     _require_tensorflow_backend("export_onnx")
     _check_file(path, ".onnx", overwrite)
-    model = _quantized(model, quantization, "export_onnx")
+    model = _quantized(model, path, quantization)
     import tf2onnx
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
@@ -179,16 +179,7 @@ def export_litert(model, path, *, quantization=None, overwrite=False):
     """
     _require_tensorflow_backend("export_litert")
     _check_file(path, ".tflite", overwrite)
-    if quantization == "int8":
-        raise ValueError(
-            "quantization='int8': Keras' int8 model does not convert to LiteRT (TFLite's "
-            "fully_connected takes no int8 activations); use quantization='dynamic_int8', "
-            "TFLite's own int8 weights."
-        )
-    if quantization not in QUANTIZATIONS:
-        raise ValueError(
-            f"quantization={quantization!r}: must be one of {QUANTIZATIONS}, e.g. 'dynamic_int8'."
-        )
+    _check_quantization(path, quantization)
     converter_options = {}
     if quantization == "dynamic_int8":
         converter_options["optimizations"] = [tf.lite.Optimize.DEFAULT]
@@ -217,13 +208,7 @@ def export_openvino(model, path, *, quantization=None, overwrite=False):
     _check_file(path, ".xml", overwrite)
     weights_path = os.fspath(path).removesuffix(".xml") + ".bin"
     _check_file(weights_path, ".bin", overwrite)
-    if quantization is not None:
-        raise ValueError(
-            f"quantization={quantization!r}: the OpenVINO export is float only, since Keras' int8 "
-            "model does not convert to OpenVINO correctly; export the float model and compress it "
-            "with OpenVINO's NNCF (nncf.compress_weights), or use int8 with export_saved_model "
-            "or export_onnx."
-        )
+    _check_quantization(path, quantization)
     if importlib.util.find_spec("openvino") is None:
         raise ImportError('export_openvino needs OpenVINO: pip install "keras-cait[openvino]".')
     # The weights are moved into place first, so a new graph never meets old weights.
@@ -235,13 +220,9 @@ def export_openvino(model, path, *, quantization=None, overwrite=False):
     return path
 
 
-def _quantized(model, quantization, function):
+def _quantized(model, path, quantization):
     """`model`, or its Keras int8 copy (`model.quantize` on every Dense); `model` itself is kept."""
-    if quantization not in KERAS_QUANTIZATIONS:
-        raise ValueError(
-            f"{function}: quantization={quantization!r}: must be one of {KERAS_QUANTIZATIONS}, "
-            "e.g. 'int8'."
-        )
+    _check_quantization(path, quantization)
     if quantization is None:
         return model
     copy = merge_lora(model)
@@ -410,18 +391,39 @@ def _outputs_logits(model):
     )
 
 
-def check_destination(path, overwrite=False):
+def check_destination(path, overwrite=False, quantization=None):
     """Raises unless an export may write `path`; cheap, so callers check before building a model.
 
     A path ending in `.onnx`, `.tflite` or `.xml` is a file for `export_onnx` /
     `export_litert` / `export_openvino`; anything else is a SavedModel version folder,
     `MODEL_BASE_PATH/<positive integer>`. An existing destination is refused
-    unless `overwrite`.
+    unless `overwrite`, and a `quantization` that the format does not take.
     """
+    _check_quantization(path, quantization)
     for suffix in (".onnx", ".tflite", ".xml"):
         if os.fspath(path).endswith(suffix):
             return _check_file(path, suffix, overwrite)
     return _check_version_folder(path, overwrite)
+
+
+def _check_quantization(path, quantization):
+    """Raises unless the export to `path` (the format from its suffix) takes `quantization`."""
+    path = os.fspath(path)
+    if path.endswith(".xml") and quantization is not None:
+        raise ValueError(
+            f"quantization={quantization!r}: the OpenVINO export is float only, since Keras' int8 "
+            "model does not convert to OpenVINO correctly; export the float model and compress it "
+            "with OpenVINO's NNCF (nncf.compress_weights), or use int8 with a SavedModel or ONNX."
+        )
+    if path.endswith(".tflite") and quantization == "int8":
+        raise ValueError(
+            "quantization='int8': Keras' int8 model does not convert to LiteRT (TFLite's "
+            "fully_connected takes no int8 activations); use quantization='dynamic_int8', "
+            "TFLite's own int8 weights."
+        )
+    allowed = QUANTIZATIONS if path.endswith(".tflite") else KERAS_QUANTIZATIONS
+    if not path.endswith(".xml") and quantization not in allowed:
+        raise ValueError(f"quantization={quantization!r}: must be one of {allowed}, e.g. {allowed[1]!r}.")
 
 
 def _check_version_folder(path, overwrite):

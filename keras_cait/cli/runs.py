@@ -14,7 +14,7 @@ import os
 import keras
 
 from keras_cait.model import build_cait
-from keras_cait.training import augment, distribute, optimizer, resume, schedule, sources, stream, transfer
+from keras_cait.training import augment, distribute, lora, optimizer, resume, schedule, sources, stream, transfer
 from keras_cait.training.callbacks import run_callbacks
 from keras_cait.variants import cait
 
@@ -164,6 +164,10 @@ def finetune_parser():
     group.add_argument("--lr", type=float, default=1e-5,
                        help="peak learning rate of the fine-tuning epochs (cosine decay) for a "
                             "global batch of 64 (scaled linearly with the batch)")
+    group.add_argument("--lora-rank", type=int, default=0,
+                       help="fine-tune rank-R LoRA updates of the attention projections and the "
+                            "head instead of the whole network (0: the whole network); LoRA "
+                            "takes a higher --lr, e.g. 1e-3")
     _add_optimizer_arguments(parser, full_recipe=False)
     _add_augmentation_arguments(parser, full_recipe=False)
     return parser
@@ -351,6 +355,17 @@ def _load_backbone(args):
     )
 
 
+def _check_lora_can_start(output_dir):
+    """A LoRA stage cannot resume: Keras saves LoRA merged into the kernel and zeroes A and B on loading."""
+    backup = os.path.join(output_dir, "backup", "lora")
+    if os.path.exists(backup):
+        raise ValueError(
+            f"{backup} holds a backup of an interrupted LoRA stage, which cannot be resumed (Keras "
+            "saves the LoRA update merged into the kernel, and A = B = 0 would not train); "
+            f"remove {backup} to run the LoRA stage again from the trained head."
+        )
+
+
 def finetune_run(args):
     """Fine-tunes a CaiT on new classes; writes head.weights.h5, best.keras and final.keras."""
     _configure(args)
@@ -380,7 +395,15 @@ def finetune_run(args):
             model.optimizer = None
             model.save_weights(head_weights[: -len(".weights.h5")] + ".partial.weights.h5")
             os.replace(head_weights[: -len(".weights.h5")] + ".partial.weights.h5", head_weights)
-    if args.epochs:
+    if args.epochs and args.lora_rank:
+        _check_lora_can_start(output_dir)
+        with distribution.scope():
+            lora.enable_lora(model, args.lora_rank)
+            _compile(model, args, scaled(args.lr), args.epochs, steps)
+        _train(model, args, train, validation, distribution, args.epochs,
+               output_dir, "lora", args.seed + 1)
+        model = lora.merge_lora(model)
+    elif args.epochs:
         transfer.set_backbone_trainable(model, True)
         with distribution.scope():
             _compile(model, args, scaled(args.lr), args.epochs, steps)

@@ -67,7 +67,7 @@ def test_int8_onnx_stores_int8_kernels_and_follows_keras_int8(logits_model, inpu
 def test_unsupported_quantizations_are_refused_before_anything_is_written(model, tmp_path):
     with pytest.raises(ValueError, match="does not convert to LiteRT.*use quantization='dynamic_int8'"):
         export_litert(model, tmp_path / "cait.tflite", quantization="int8")
-    with pytest.raises(ValueError, match="OpenVINO export is float only.*export_saved_model"):
+    with pytest.raises(ValueError, match="OpenVINO export is float only.*SavedModel or ONNX"):
         export_openvino(model, tmp_path / "cait.xml", quantization="int8")
     with pytest.raises(ValueError, match=r"quantization='int4': must be one of \(None, 'int8'\)"):
         export_onnx(model, tmp_path / "cait.onnx", quantization="int4")
