@@ -395,20 +395,18 @@ def finetune_run(args):
             model.optimizer = None
             model.save_weights(head_weights[: -len(".weights.h5")] + ".partial.weights.h5")
             os.replace(head_weights[: -len(".weights.h5")] + ".partial.weights.h5", head_weights)
-    if args.epochs and args.lora_rank:
-        _check_lora_can_start(output_dir)
+    if args.epochs:
         with distribution.scope():
-            lora.enable_lora(model, args.lora_rank)
+            if args.lora_rank:
+                _check_lora_can_start(output_dir)
+                lora.enable_lora(model, args.lora_rank)
+            else:
+                transfer.set_backbone_trainable(model, True)
             _compile(model, args, scaled(args.lr), args.epochs, steps)
         _train(model, args, train, validation, distribution, args.epochs,
-               output_dir, "lora", args.seed + 1)
+               output_dir, "lora" if args.lora_rank else "full", args.seed + 1)
+    if args.lora_rank:
         model = lora.merge_lora(model)
-    elif args.epochs:
-        transfer.set_backbone_trainable(model, True)
-        with distribution.scope():
-            _compile(model, args, scaled(args.lr), args.epochs, steps)
-        _train(model, args, train, validation, distribution, args.epochs,
-               output_dir, "full", args.seed + 1)
     _save(model, os.path.join(output_dir, "final.keras"))
     return model
 
