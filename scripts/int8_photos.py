@@ -5,11 +5,17 @@
 The two photos scikit-learn ships (`load_sample_images`: china.jpg, flower.jpg,
 640×427) go through the reference evaluation crop to 224×224 and into CaiT_XXS24 and
 CaiT_S24 in float32 and in int8. No pretrained weights can be downloaded here, so
-the weights are random: every weight N(0, 0.05), LayerNorm scales 1 + N(0, 0.05),
-so that logits differ between classes (at CaiT's own initialisation, LayerScale
-1e-5, they barely do). Random-weight logits are not ImageNet predictions: the
-relative change of the logits is the figure that carries over; top-1/top-5
-agreement on two images is an illustration.
+the weights are random, in two ways that bracket a trained model:
+
+    init     the constructors' own initialisation: LayerScale 1e-5, so every block is
+             nearly the identity and int8's rounding barely propagates (the logits
+             hardly differ between images or classes either);
+    random   every weight N(0, 0.05), LayerNorm scales 1 + N(0, 0.05): LayerScale 0.05
+             and random attention make the 24 blocks chaotic, so that any rounding
+             grows through the depth.
+
+Random-weight logits are not ImageNet predictions; top-1/top-5 agreement on two
+images is an illustration only.
 """
 
 import argparse
@@ -42,13 +48,15 @@ def randomised(model, seed=0):
     return model
 
 
-def compare(variant, images):
+def compare(variant, weights, images):
     import keras
     import numpy as np
 
     from keras_cait.variants import cait
 
-    model = randomised(cait(variant, weights=None, classifier_activation=None))
+    model = cait(variant, weights=None, classifier_activation=None)
+    if weights == "random":
+        model = randomised(model)
     quantized = keras.Model.from_config(model.get_config())
     quantized.set_weights(model.get_weights())
     quantized.quantize("int8", filters=lambda layer: isinstance(layer, keras.layers.Dense))
@@ -56,6 +64,7 @@ def compare(variant, images):
     top5 = [len(set(np.argsort(-a)[:5]) & set(np.argsort(-b)[:5])) / 5 for a, b in zip(full, int8)]
     return dict(
         variant=variant,
+        weights=weights,
         relative_logit_change=float(np.linalg.norm(int8 - full) / np.linalg.norm(full)),
         max_logit_change_over_range=float(np.abs(int8 - full).max() / np.ptp(full)),
         top1_agreement=float((full.argmax(-1) == int8.argmax(-1)).mean()),
@@ -69,13 +78,14 @@ def main():
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
     images = photos()
-    rows = [compare(variant, images) for variant in VARIANTS]
+    rows = [compare(variant, weights, images) for variant in VARIANTS for weights in ("init", "random")]
     with open(args.output, "w") as file:
         json.dump(rows, file, indent=1)
-    print("| model | ‖int8 − f32‖ / ‖f32‖ (logits) | max change / logit range | top-1 agreement | top-5 overlap |")
-    print("|---|---|---|---|---|")
+    print("| model | weights | ‖int8 − f32‖ / ‖f32‖ (logits) | max change / logit range | top-1 agreement "
+          "| top-5 overlap |")
+    print("|---|---|---|---|---|---|")
     for row in rows:
-        print(f"| CaiT_{row['variant']} | {row['relative_logit_change']:.2e} | "
+        print(f"| CaiT_{row['variant']} | {row['weights']} | {row['relative_logit_change']:.2e} | "
               f"{row['max_logit_change_over_range']:.2e} | {row['top1_agreement']:.0%} | {row['top5_overlap']:.0%} |")
 
 

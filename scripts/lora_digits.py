@@ -5,7 +5,7 @@
 No pretrained CaiT can be downloaded here, so the transfer is made on the spot: a
 small CaiT is pretrained on the digits 0-4, then a new head is fitted on the digits
 5-9 (half of them; the other half is the test set) in one of four ways, each in its
-own process so that its peak memory (the process's peak resident set, ru_maxrss)
+own process so that its peak memory (the process's peak resident set, VmHWM)
 is its own:
 
     head     the head only, the backbone frozen
@@ -20,7 +20,6 @@ for what is trained (1e-4 for full fine-tuning, 1e-3 for the head and LoRA).
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -63,6 +62,13 @@ def pretrain(path, epochs):
     return history.history["accuracy"][-1]
 
 
+def peak_resident_mib():
+    """This process's peak resident set (VmHWM); ru_maxrss would carry the parent's over exec."""
+    with open("/proc/self/status") as status:
+        line = next(line for line in status if line.startswith("VmHWM:"))
+    return int(line.split()[1]) / 1024
+
+
 def finetune(mode, pretrained, epochs):
     """One mode in this process: {trainable, parameters, accuracy, peak_rss_mib, seconds}."""
     import keras
@@ -94,7 +100,7 @@ def finetune(mode, pretrained, epochs):
         train_images=half,
         test_images=len(labels) - half,
         accuracy=float((predictions == labels[half:]).mean()),
-        peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        peak_rss_mib=peak_resident_mib(),
         fit_seconds=seconds,
     )
 
@@ -116,25 +122,35 @@ def main():
     parser.add_argument("--output", required=True, help="the JSON file of the results")
     parser.add_argument("--pretrain-epochs", type=int, default=8)
     parser.add_argument("--epochs", type=int, default=5, help="fine-tuning epochs of every mode")
-    parser.add_argument("--mode", choices=list(MODES), help=argparse.SUPPRESS)
+    parser.add_argument("--mode", choices=["pretrain", *MODES], help=argparse.SUPPRESS)
     parser.add_argument("--pretrained", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.mode:  # a child process: one mode, its row as JSON on the last line
+    # Every step in a child process (its result as JSON on its last line): this one never
+    # loads TensorFlow, whose resident memory the children would otherwise start from.
+    if args.mode == "pretrain":
+        print(json.dumps(pretrain(args.pretrained, args.pretrain_epochs)))
+        return
+    if args.mode:
         print(json.dumps(finetune(args.mode, args.pretrained, args.epochs)))
         return
     load_start = os.getloadavg()
     with tempfile.TemporaryDirectory() as workdir:
         pretrained = os.path.join(workdir, "pretrained.weights.h5")
-        source_accuracy = pretrain(pretrained, args.pretrain_epochs)
+
+        def child(mode):
+            done = subprocess.run(
+                [sys.executable, os.path.abspath(__file__), "--output", args.output, "--mode", mode,
+                 "--pretrained", pretrained, "--epochs", str(args.epochs),
+                 "--pretrain-epochs", str(args.pretrain_epochs)],
+                check=True, capture_output=True, text=True,
+            )
+            return json.loads(done.stdout.strip().splitlines()[-1])
+
+        source_accuracy = child("pretrain")
         print(f"pretrained on digits 0-4: training accuracy {source_accuracy:.1%}", flush=True)
         rows = []
         for mode in MODES:
-            done = subprocess.run(
-                [sys.executable, os.path.abspath(__file__), "--output", args.output, "--mode", mode,
-                 "--pretrained", pretrained, "--epochs", str(args.epochs)],
-                check=True, capture_output=True, text=True,
-            )
-            rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+            rows.append(child(mode))
             print(f"  {mode}: {rows[-1]}", flush=True)
     result = dict(model=MODEL, pretrain_epochs=args.pretrain_epochs, epochs=args.epochs,
                   source_accuracy=source_accuracy, load_average_start=load_start,
