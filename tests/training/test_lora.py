@@ -10,8 +10,8 @@ from keras_cait.training.lora import enable_lora, lora_weights, merge_lora
 CLASSES = 3
 
 
-def _lora_model(small_cait, **lora):
-    model = with_new_head(small_cait(include_top=False, pooling="token"), classes=CLASSES)
+def _lora_model(tiny_cait, **lora):
+    model = with_new_head(tiny_cait(include_top=False, pooling="token"), classes=CLASSES)
     return enable_lora(model, **{"rank": 2, **lora})
 
 
@@ -24,8 +24,8 @@ def _fit(model, steps=3):
     return images
 
 
-def test_only_lora_and_head_weights_change_in_a_fit(small_cait):
-    model = _lora_model(small_cait)
+def test_only_lora_and_head_weights_change_in_a_fit(tiny_cait):
+    model = _lora_model(tiny_cait)
     adapted = {w.path for w in lora_weights(model)}
     # Every attention projection of both block kinds is adapted: A and B each.
     assert {path.rsplit("/", 2)[1] for path in adapted} == {"qkv", "query", "key", "value", "output_projection"}
@@ -42,15 +42,15 @@ def test_only_lora_and_head_weights_change_in_a_fit(small_cait):
     assert head <= changed
 
 
-def test_merged_model_is_a_plain_cait_with_the_same_outputs_and_serves_them(small_cait, tmp_path):
+def test_merged_model_is_a_plain_cait_with_the_same_outputs_and_serves_them(tiny_cait, tmp_path):
     import tensorflow as tf
 
     from keras_cait.export import export_saved_model
 
-    model = _lora_model(small_cait, alpha=6)
+    model = _lora_model(tiny_cait, alpha=6)
     images = _fit(model)
     merged = merge_lora(model)
-    plain = with_new_head(small_cait(include_top=False, pooling="token"), classes=CLASSES)
+    plain = with_new_head(tiny_cait(include_top=False, pooling="token"), classes=CLASSES)
     assert [w.path for w in merged.weights] == [w.path for w in plain.weights]
     expected = model.predict(images, verbose=0)
     np.testing.assert_allclose(merged.predict(images, verbose=0), expected, rtol=1e-5, atol=1e-6)
@@ -68,9 +68,9 @@ def test_merged_model_is_a_plain_cait_with_the_same_outputs_and_serves_them(smal
     np.testing.assert_allclose(served["probabilities"].numpy(), expected, rtol=1e-5, atol=1e-6)
 
 
-def test_bad_lora_arguments_are_refused_with_the_fix(small_cait):
+def test_bad_lora_arguments_are_refused_with_the_fix(tiny_cait):
     def model():
-        return with_new_head(small_cait(include_top=False, pooling="token"), classes=CLASSES)
+        return with_new_head(tiny_cait(include_top=False, pooling="token"), classes=CLASSES)
 
     with pytest.raises(ValueError, match=r"rank=0: must be a positive integer"):
         enable_lora(model(), rank=0)
@@ -79,7 +79,7 @@ def test_bad_lora_arguments_are_refused_with_the_fix(small_cait):
     with pytest.raises(ValueError, match="head 'predictions' is trained in full"):
         enable_lora(model(), rank=4, targets=("qkv", "predictions"))
     with pytest.raises(ValueError, match="no 'predictions' head"):
-        enable_lora(small_cait(include_top=False, pooling="token"), rank=4)
+        enable_lora(tiny_cait(include_top=False, pooling="token"), rank=4)
     twice = enable_lora(model(), rank=4)
     with pytest.raises(ValueError, match="already has LoRA"):
         enable_lora(twice, rank=4)
