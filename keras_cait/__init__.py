@@ -27,7 +27,7 @@ from keras_cait.variants import (
 
 __version__ = "0.1.0"
 
-_EXPORTERS = ("export_saved_model", "export_onnx", "export_litert")
+_EXPORTERS = ("export_saved_model", "export_onnx", "export_litert", "export_openvino")
 
 
 def __getattr__(name):

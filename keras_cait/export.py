@@ -1,4 +1,4 @@
-"""Exports a CaiT classifier for serving: TF Serving SavedModel, ONNX, LiteRT.
+"""Exports a CaiT classifier for serving: TF Serving SavedModel, ONNX, LiteRT, OpenVINO.
 
 This module is TensorFlow by nature (SavedModel signatures, tf.image, TFLite);
 the model code it exports stays backend-neutral.
@@ -36,6 +36,7 @@ Example:
 """
 
 import functools
+import importlib.util
 import os
 import re
 
@@ -46,11 +47,16 @@ import tensorflow as tf
 from keras_cait.atomic import written_atomically
 from keras_cait.evaluation_transform import IMAGE_FORMATS, decode_image, evaluation_transform
 from keras_cait.preprocessing import imagenet_classes
+from keras_cait.training.lora import merge_lora
 
 QUANTIZATIONS = (None, "dynamic_int8")
+# Keras' own `model.quantize` modes that the SavedModel and ONNX exports take.
+KERAS_QUANTIZATIONS = (None, "int8")
 
 
-def export_saved_model(model, path, *, top_k=5, class_names=None, from_logits=None, overwrite=False):
+def export_saved_model(
+    model, path, *, top_k=5, class_names=None, from_logits=None, quantization=None, overwrite=False
+):
     """Writes `model` as a SavedModel version folder that TF Serving loads as it is.
 
     Args:
@@ -63,6 +69,9 @@ def export_saved_model(model, path, *, top_k=5, class_names=None, from_logits=No
             ImageNet names for 1000 classes and must be given otherwise.
         from_logits: whether the model outputs logits (they get a softmax);
             by default read from the model's last layer activation.
+        quantization: None (float) or "int8": every Dense kernel stored as
+            int8 and its inputs quantised per token (Keras `model.quantize`, on
+            a copy; see docs/export.md for its accuracy and speed).
         overwrite: replace an existing version folder.
 
     The folder is written beside `path` under a hidden name and renamed into
@@ -78,6 +87,7 @@ def export_saved_model(model, path, *, top_k=5, class_names=None, from_logits=No
     if not 1 <= top_k <= classes:
         raise ValueError(f"top_k={top_k}: must be between 1 and the {classes} classes, e.g. 5.")
     _check_version_folder(path, overwrite)
+    model = _quantized(model, path, quantization)
 
     # One traced classifier that the three signatures share: the model is traced once.
     @tf.function(input_signature=[tf.TensorSpec([None, height, width, 3], tf.float32)], jit_compile=False)
@@ -119,7 +129,7 @@ def export_saved_model(model, path, *, top_k=5, class_names=None, from_logits=No
     return path
 
 
-def export_onnx(model, path, *, overwrite=False, opset_version=None):
+def export_onnx(model, path, *, quantization=None, overwrite=False, opset_version=None):
     """Writes `model` as an ONNX file: input `images`, output `predictions`.
 
     `images` is `(batch, H, W, 3)` float32 RGB 0..255 and `predictions` is what
@@ -135,9 +145,13 @@ def export_onnx(model, path, *, overwrite=False, opset_version=None):
     (`keras.models.clone_model`, sharing every weight); and TensorFlow's exact
     GELU is `0.5·x·erfc(-x/√2)`, whose Erfc tf2onnx cannot convert, so it is
     taught erfc(x) = 1 - erf(x).
+
+    `quantization="int8"` exports Keras' int8 model (`model.quantize`, on a
+    copy): int8 kernels, dequantised inside the graph.
     """
     _require_tensorflow_backend("export_onnx")
     _check_file(path, ".onnx", overwrite)
+    model = _quantized(model, path, quantization)
     import tf2onnx
 
     _register_erfc_for_tf2onnx()
@@ -185,16 +199,56 @@ def export_litert(model, path, *, quantization=None, overwrite=False):
     """
     _require_tensorflow_backend("export_litert")
     _check_file(path, ".tflite", overwrite)
-    if quantization not in QUANTIZATIONS:
-        raise ValueError(
-            f"quantization={quantization!r}: must be one of {QUANTIZATIONS}, e.g. 'dynamic_int8'."
-        )
+    _check_quantization(path, quantization)
     converter_options = {}
     if quantization == "dynamic_int8":
         converter_options["optimizations"] = [tf.lite.Optimize.DEFAULT]
     with written_atomically(path, overwrite) as temporary:
         model.export(temporary, format="litert", verbose=False, **converter_options)
     return path
+
+
+def export_openvino(model, path, *, quantization=None, overwrite=False):
+    """Writes `model` as OpenVINO IR with Keras' `model.export(format="openvino")`.
+
+    `path` (`.xml`, the graph) and the weights beside it (the same name with
+    `.bin`); input `images` `(batch, H, W, 3)` float32 RGB 0..255, one output:
+    what the model outputs. Needs `pip install "keras-cait[openvino]"`.
+
+    OpenVINO's CPU plugin computes in bfloat16 where the CPU has it (AVX512-BF16,
+    AMX) unless the model is compiled with `{"INFERENCE_PRECISION_HINT": "f32"}`;
+    docs/export.md gives the difference to Keras for both.
+
+    Example:
+        export_openvino(model, "cait.xml")
+        compiled = openvino.Core().compile_model("cait.xml", "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        probabilities = compiled(images)[0]
+    """
+    _require_tensorflow_backend("export_openvino")
+    _check_file(path, ".xml", overwrite)
+    weights_path = os.fspath(path).removesuffix(".xml") + ".bin"
+    _check_file(weights_path, ".bin", overwrite)
+    _check_quantization(path, quantization)
+    if importlib.util.find_spec("openvino") is None:
+        raise ImportError('export_openvino needs OpenVINO: pip install "keras-cait[openvino]".')
+    # The weights are moved into place first, so a new graph never meets old weights.
+    with written_atomically(path, overwrite) as temporary, written_atomically(
+        weights_path, overwrite
+    ) as temporary_weights:
+        model.export(temporary, format="openvino", verbose=False)
+        os.replace(temporary.removesuffix(".xml") + ".bin", temporary_weights)
+    return path
+
+
+def _quantized(model, path, quantization):
+    """`model`, or its Keras int8 copy (`model.quantize` on every Dense); `model` itself is kept."""
+    _check_quantization(path, quantization)
+    if quantization is None:
+        return model
+    copy = merge_lora(model)
+    # Dense layers only: Keras would also visit layers it cannot quantise and warn for each.
+    copy.quantize(quantization, filters=lambda layer: isinstance(layer, keras.layers.Dense))
+    return copy
 
 
 # === Serving graph pieces ===
@@ -357,18 +411,39 @@ def _outputs_logits(model):
     )
 
 
-def check_destination(path, overwrite=False):
+def check_destination(path, overwrite=False, quantization=None):
     """Raises unless an export may write `path`; cheap, so callers check before building a model.
 
-    A path ending in `.onnx` or `.tflite` is a file for `export_onnx` /
-    `export_litert`; anything else is a SavedModel version folder,
+    A path ending in `.onnx`, `.tflite` or `.xml` is a file for `export_onnx` /
+    `export_litert` / `export_openvino`; anything else is a SavedModel version folder,
     `MODEL_BASE_PATH/<positive integer>`. An existing destination is refused
-    unless `overwrite`.
+    unless `overwrite`, and a `quantization` that the format does not take.
     """
-    for suffix in (".onnx", ".tflite"):
+    _check_quantization(path, quantization)
+    for suffix in (".onnx", ".tflite", ".xml"):
         if os.fspath(path).endswith(suffix):
             return _check_file(path, suffix, overwrite)
     return _check_version_folder(path, overwrite)
+
+
+def _check_quantization(path, quantization):
+    """Raises unless the export to `path` (the format from its suffix) takes `quantization`."""
+    path = os.fspath(path)
+    if path.endswith(".xml") and quantization is not None:
+        raise ValueError(
+            f"quantization={quantization!r}: the OpenVINO export is float only, since Keras' int8 "
+            "model does not convert to OpenVINO correctly; export the float model and compress it "
+            "with OpenVINO's NNCF (nncf.compress_weights), or use int8 with a SavedModel or ONNX."
+        )
+    if path.endswith(".tflite") and quantization == "int8":
+        raise ValueError(
+            "quantization='int8': Keras' int8 model does not convert to LiteRT (TFLite's "
+            "fully_connected takes no int8 activations); use quantization='dynamic_int8', "
+            "TFLite's own int8 weights."
+        )
+    allowed = QUANTIZATIONS if path.endswith(".tflite") else KERAS_QUANTIZATIONS
+    if not path.endswith(".xml") and quantization not in allowed:
+        raise ValueError(f"quantization={quantization!r}: must be one of {allowed}, e.g. {allowed[1]!r}.")
 
 
 def _check_version_folder(path, overwrite):

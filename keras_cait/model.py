@@ -118,6 +118,8 @@ class _ResidualBlock(keras.layers.Layer):
         self.attention_layer_scale.build(token_shape)
         self.mlp_dense_2.build((None, None, int(channels * self.mlp_ratio)))
         self.mlp_layer_scale.build(token_shape)
+        # Built here too: compute_output_spec skips call(), and model.quantize() refuses unbuilt layers.
+        self.stochastic_depth.build(token_shape)
 
     def _mlp_residual(self, x, training):
         branch = self.mlp_dense_2(self.mlp_dense_1(self.mlp_norm(x)))

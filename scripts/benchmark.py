@@ -235,12 +235,42 @@ def _keras_saved_model(spec, batches, workdir, threads):
     return lambda pixels: signature(images=tf.constant(pixels))["probabilities"].numpy()
 
 
-def _keras_onnx(spec, batches, workdir, threads):
-    path = os.path.join(workdir, "keras_cait.onnx")
+def _keras_onnx(spec, batches, workdir, threads, quantization=None):
+    path = os.path.join(workdir, f"keras_cait_{quantization}.onnx")
     from keras_cait.export import export_onnx
 
-    export_onnx(_keras_model(spec, workdir), path)
+    export_onnx(_keras_model(spec, workdir), path, quantization=quantization)
     return _onnx_runtime(path, threads)
+
+
+def _keras_int8(spec, batches, workdir, threads):
+    """Keras' int8 model: int8 kernels, each Dense input quantised per token on the fly."""
+    model = _keras_model(spec, workdir)
+    model.quantize("int8", filters=lambda layer: layer.__class__.__name__ == "Dense")
+    return model.predict_on_batch
+
+
+def _keras_int8_onnx(spec, batches, workdir, threads):
+    return _keras_onnx(spec, batches, workdir, threads, quantization="int8")
+
+
+def _keras_openvino(spec, batches, workdir, threads, precision="f32"):
+    """Our OpenVINO IR (export_openvino) on OpenVINO's CPU plugin."""
+    import openvino
+
+    from keras_cait.export import export_openvino
+
+    path = os.path.join(workdir, "keras_cait.xml")
+    if not os.path.exists(path):
+        export_openvino(_keras_model(spec, workdir), path)
+    config = {"INFERENCE_PRECISION_HINT": precision, "INFERENCE_NUM_THREADS": threads}
+    compiled = openvino.Core().compile_model(path, "CPU", config)
+    return lambda pixels: compiled(pixels)[0]
+
+
+def _keras_openvino_bf16(spec, batches, workdir, threads):
+    """OpenVINO's default on a CPU with bfloat16 (AVX512-BF16, AMX): bf16 arithmetic."""
+    return _keras_openvino(spec, batches, workdir, threads, precision="bf16")
 
 
 PATHS = {
@@ -252,6 +282,10 @@ PATHS = {
     "keras-xla": _keras_xla,
     "keras-saved-model": _keras_saved_model,
     "keras-onnx": _keras_onnx,
+    "keras-int8": _keras_int8,
+    "keras-int8-onnx": _keras_int8_onnx,
+    "keras-openvino": _keras_openvino,
+    "keras-openvino-bf16": _keras_openvino_bf16,
 }
 PEERS = ("timm-eager", "timm-compile", "ort-timm-onnx")
 # M36/M48 (--big): the paths users take, as few workers as that (each holds 1-2 GB of weights).
@@ -265,6 +299,10 @@ LABELS = {
     "keras-xla": "`predict_on_batch`, `jit_compile=True`",
     "keras-saved-model": "SavedModel `serving_default`",
     "keras-onnx": "our ONNX under ORT",
+    "keras-int8": "Keras int8 `predict_on_batch`",
+    "keras-int8-onnx": "our int8 ONNX under ORT",
+    "keras-openvino": "OpenVINO (f32)",
+    "keras-openvino-bf16": "OpenVINO (bf16)",
 }
 
 
@@ -313,7 +351,7 @@ def _set_threads(path, threads):
 def _versions():
     import importlib.metadata
 
-    names = ("torch", "timm", "tensorflow", "keras", "onnxruntime")
+    names = ("torch", "timm", "tensorflow", "keras", "onnxruntime", "openvino")
     return {name: importlib.metadata.version(name) for name in names}
 
 

@@ -94,20 +94,24 @@ def export(args):
     from keras_cait import export as exporters
 
     output = args.output.rstrip("/")
-    if args.quantization and not output.endswith(".tflite"):
-        raise SystemExit("keras-cait export: --quantization applies to LiteRT only (an OUTPUT ending in .tflite).")
-    if args.top_k is not None and output.endswith((".onnx", ".tflite")):
-        raise SystemExit("keras-cait export: --top-k applies to SavedModels only (ONNX and LiteRT output scores).")
+    if args.top_k is not None and output.endswith((".onnx", ".tflite", ".xml")):
+        raise SystemExit(
+            "keras-cait export: --top-k applies to SavedModels only (ONNX, LiteRT and OpenVINO output scores)."
+        )
     try:
-        exporters.check_destination(output, args.overwrite)
+        exporters.check_destination(output, args.overwrite, args.quantization)
         model, _ = _build("export", args.model, args.weights)
         if output.endswith(".onnx"):
-            exporters.export_onnx(model, output, overwrite=args.overwrite)
+            exporters.export_onnx(model, output, quantization=args.quantization, overwrite=args.overwrite)
         elif output.endswith(".tflite"):
             exporters.export_litert(model, output, quantization=args.quantization, overwrite=args.overwrite)
+        elif output.endswith(".xml"):
+            exporters.export_openvino(model, output, quantization=args.quantization, overwrite=args.overwrite)
         else:
-            exporters.export_saved_model(model, output, top_k=args.top_k or 5, overwrite=args.overwrite)
-    except (ValueError, FileExistsError) as error:
+            exporters.export_saved_model(
+                model, output, top_k=args.top_k or 5, quantization=args.quantization, overwrite=args.overwrite
+            )
+    except (ValueError, FileExistsError, ImportError) as error:
         raise SystemExit(f"keras-cait export: {error}") from error
     print(f"wrote {output}")
 
@@ -170,16 +174,18 @@ def build_parser():
     c.set_defaults(run=convert)
 
     e = commands.add_parser(
-        "export", help="write a SavedModel for TF Serving, or an ONNX / LiteRT file"
+        "export", help="write a SavedModel for TF Serving, or an ONNX / LiteRT / OpenVINO file"
     )
     e.add_argument(
         "output",
-        help="TF Serving version folder MODEL_BASE_PATH/<n> (e.g. serving/cait/1), or a .onnx or .tflite file",
+        help="TF Serving version folder MODEL_BASE_PATH/<n> (e.g. serving/cait/1), or a .onnx, .tflite "
+             "or OpenVINO .xml file",
     )
     e.add_argument("--model", default="cait_s24_224", help="cait_<variant>[_<resolution>] (default: %(default)s)")
     e.add_argument("--weights", default="imagenet", help="imagenet, none, or a checkpoint path (default: %(default)s)")
     e.add_argument("--top-k", type=int, help="SavedModel only: classes in the top_k outputs (default: 5)")
-    e.add_argument("--quantization", choices=["dynamic_int8"], help="LiteRT only: int8 weights (dynamic range)")
+    e.add_argument("--quantization", choices=["int8", "dynamic_int8"],
+                   help="int8: Keras int8 (SavedModel, ONNX); dynamic_int8: TFLite int8 weights (LiteRT)")
     e.add_argument("--overwrite", action="store_true", help="replace an existing version folder or file")
     e.set_defaults(run=export)
 

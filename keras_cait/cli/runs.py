@@ -15,10 +15,10 @@ import keras
 
 from keras_cait.atomic import written_atomically
 from keras_cait.model import build_cait
-from keras_cait.training import augment, distribute, optimizer, resume, schedule, sources, stream, transfer
-from keras_cait.training.distillation import DISTILLATION_TYPES, Distiller
 from keras_cait.cli.errors import fail, load_keras_model, weights_errors
+from keras_cait.training import augment, distribute, lora, optimizer, resume, schedule, sources, stream, transfer
 from keras_cait.training.callbacks import run_callbacks, save_model
+from keras_cait.training.distillation import DISTILLATION_TYPES, Distiller
 from keras_cait.variants import cait
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -197,6 +197,10 @@ def finetune_parser():
     group.add_argument("--lr", type=float, default=1e-5,
                        help="peak learning rate of the fine-tuning epochs (cosine decay) for a "
                             "global batch of 64 (scaled linearly with the batch)")
+    group.add_argument("--lora-rank", type=int, default=0,
+                       help="fine-tune rank-R LoRA updates of the attention projections and the "
+                            "head instead of the whole network (0: the whole network); LoRA "
+                            "takes a higher --lr, e.g. 1e-3")
     _add_optimizer_arguments(parser, full_recipe=False)
     _add_distillation_arguments(parser)
     parser.add_argument("--recipe", choices=RECIPES, default="transfer",
@@ -466,6 +470,17 @@ def _square_side(command, model):
     return height
 
 
+def _check_lora_can_start(output_dir):
+    """A LoRA stage cannot resume: Keras saves LoRA merged into the kernel and zeroes A and B on loading."""
+    backup = os.path.join(output_dir, "backup", "lora")
+    if os.path.exists(backup):
+        raise ValueError(
+            f"{backup} holds a backup of an interrupted LoRA stage, which cannot be resumed (Keras "
+            "saves the LoRA update merged into the kernel, and A = B = 0 would not train); "
+            f"remove {backup} to run the LoRA stage again from the trained head."
+        )
+
+
 def finetune_run(args):
     """Fine-tunes a CaiT; writes head.weights.h5, best.keras, final.keras (and ema.keras)."""
     _apply_recipe(args)
@@ -503,14 +518,22 @@ def finetune_run(args):
             with written_atomically(head_weights) as partial:
                 model.save_weights(partial)
     if args.epochs:
-        print(f"Stage 2 of 2: the whole network, {args.epochs} epoch(s)", flush=True)
-        transfer.set_backbone_trainable(model, True)
+        stage = (f"LoRA of rank {args.lora_rank} on the attention projections, and the head"
+                 if args.lora_rank else "the whole network")
+        print(f"Stage 2 of 2: {stage}, {args.epochs} epoch(s)", flush=True)
         with distribution.scope():
+            if args.lora_rank:
+                _check_lora_can_start(output_dir)
+                lora.enable_lora(model, args.lora_rank)
+            else:
+                transfer.set_backbone_trainable(model, True)
             fitted = _fitted(model, args, teacher)
             _compile(fitted, args, scaled(args.lr), args.epochs, steps, args.warmup_epochs,
                      args.warmup_lr, per_epoch=highres)
         _train(fitted, args, train, validation, distribution, args.epochs,
-               output_dir, "full", args.seed + 1)
+               output_dir, "lora" if args.lora_rank else "full", args.seed + 1)
+    if args.lora_rank:
+        model = lora.merge_lora(model)
     save_model(model, os.path.join(output_dir, "final.keras"))
     return model
 

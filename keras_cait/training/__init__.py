@@ -13,13 +13,15 @@ are applications, in `keras_cait.cli.runs`.
     sources                   tf.data sources: image folders, TFRecords, TFDS
     stream                    resumable training batches and evaluation batches
     transfer                  new heads, freezing, fine-tuning at another resolution
+    lora                      LoRA fine-tuning (enable_lora) and its merge for export (merge_lora)
     resume                    step-exact backups and a resuming fit
     distribute                MirroredStrategy / MultiWorkerMirroredStrategy / DataParallel
 """
 
-from keras_cait.training import augment, distillation, distribute, resume, schedule, transfer
+from keras_cait.training import augment, distillation, distribute, lora, resume, schedule, transfer
 from keras_cait.training.augment import Augmentation, rand_augment, random_erasing
 from keras_cait.training.distillation import Distiller
+from keras_cait.training.lora import enable_lora, merge_lora
 from keras_cait.training.mixup_cutmix import MixupCutmix
 from keras_cait.training.optimizer import adamw, weight_decay_exclusions
 from keras_cait.training.random_resized_crop import RandomResizedCrop
@@ -37,6 +39,9 @@ __all__ = [
     "augment",
     "distillation",
     "distribute",
+    "enable_lora",
+    "lora",
+    "merge_lora",
     "rand_augment",
     "random_erasing",
     "resume",

@@ -1,0 +1,119 @@
+"""LoRA fine-tuning (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language Models").
+
+A frozen Dense kernel `W` (d_in × d_out) learns a low-rank update instead of
+being trained itself:
+
+    W' = W + (alpha / rank) · A B        A: d_in × rank,  B: rank × d_out
+
+`A` starts random (He uniform) and `B` at zero, so training starts from the
+pretrained model exactly. Keras builds this into `Dense.enable_lora`; here it is
+applied to the attention projections of a CaiT, everything else is frozen but
+the classification head `predictions`, which a new task trains in full.
+
+The Dense layers of a CaiT, by name (any of them can be a target):
+
+    qkv                        self-attention blocks: query, key and value in one kernel
+    query, key, value          class-attention blocks
+    output_projection          both kinds of attention
+    mlp_dense_1, mlp_dense_2   the MLP of every block
+    pre_softmax_head_mix,      talking heads (heads × heads, too small to need LoRA)
+    post_softmax_head_mix
+
+Example:
+    model = with_new_head(CaiT_XXS24(include_top=False, pooling="token"), classes=10)
+    enable_lora(model, rank=8)           # then compile and fit as usual
+    served = merge_lora(model)           # a plain CaiT: export it like any other
+"""
+
+import os
+import tempfile
+
+import keras
+
+from keras_cait.training.transfer import HEAD_NAME
+
+ATTENTION_PROJECTIONS = ("qkv", "query", "key", "value", "output_projection")
+
+
+def _sublayers(model):
+    # Keras has no public walk over nested sublayers (Model.layers lists the top
+    # level only); Model.quantize walks them with the same method.
+    return model._flatten_layers(include_self=False)
+
+
+def enable_lora(model, rank, targets=ATTENTION_PROJECTIONS, alpha=None):
+    """Adds rank-`rank` LoRA updates to the Dense layers named in `targets`; freezes the rest.
+
+    Afterwards the trainable weights are the LoRA matrices `lora_kernel_a`,
+    `lora_kernel_b` of every target and the kernel and bias of the head
+    `predictions`; every other weight (target kernels and biases included) is
+    frozen. Compile the model afterwards, as Keras requires.
+
+    Args:
+        model: a built CaiT classifier with a head `predictions`, e.g. from
+            `with_new_head`.
+        rank: the rank of the update, a positive integer (4 to 16 is usual).
+        targets: names of the Dense layers to adapt (see the module docstring);
+            by default every attention projection.
+        alpha: the scale numerator, `W + (alpha / rank) · A B`; by default
+            `rank` (scale 1), as Keras does.
+
+    Returns `model`, changed in place.
+    """
+    if not isinstance(rank, int) or rank < 1:
+        raise ValueError(f"rank={rank!r}: must be a positive integer, e.g. 8.")
+    targets = (targets,) if isinstance(targets, str) else tuple(targets)
+    if HEAD_NAME not in [layer.name for layer in model.layers]:
+        raise ValueError(
+            f"Model '{model.name}' has no '{HEAD_NAME}' head layer; make one with with_new_head()."
+        )
+    if HEAD_NAME in targets:
+        raise ValueError(
+            f"targets={targets}: the head '{HEAD_NAME}' is trained in full, not through LoRA; "
+            f"leave it out, e.g. targets={ATTENTION_PROJECTIONS}."
+        )
+    layers = _sublayers(model)
+    dense_names = sorted({l.name for l in layers if isinstance(l, keras.layers.Dense)} - {HEAD_NAME})
+    unknown = [name for name in targets if name not in dense_names]
+    if unknown or not targets:
+        raise ValueError(
+            f"targets={targets}: {unknown or 'empty'} names no Dense layer of '{model.name}'; "
+            f"choose among {dense_names}."
+        )
+    for layer in layers:
+        if isinstance(layer, keras.layers.Dense) and layer.name in targets:
+            if layer.lora_enabled:
+                raise ValueError(
+                    f"'{layer.path}' already has LoRA; call enable_lora once per model."
+                )
+            layer.enable_lora(rank, lora_alpha=alpha)
+    head = model.get_layer(HEAD_NAME)
+    head_weights = {id(weight) for weight in head.weights}
+    for weight in model.weights:
+        weight.trainable = id(weight) in head_weights or weight.path.endswith(
+            ("/lora_kernel_a", "/lora_kernel_b")
+        )
+    # Layers stay trainable so that the variables' own flags decide.
+    model.trainable = True
+    return model
+
+
+def merge_lora(model):
+    """A copy of `model` with every LoRA update folded into its kernel: `W ← W + (alpha/rank)·A B`.
+
+    The copy has the architecture and weight layout of a plain CaiT (no LoRA
+    variables), so it saves, converts and exports like any other; its outputs
+    equal those of `model`. A model without LoRA is copied unchanged.
+    """
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "merged.weights.h5")
+        # A LoRA Dense saves its merged kernel (W + (alpha/rank)·A B), not A and B.
+        model.save_weights(path)
+        merged = model.__class__.from_config(model.get_config())
+        merged.load_weights(path)
+    return merged
+
+
+def lora_weights(model):
+    """The LoRA matrices of `model` (A and B of every adapted Dense), e.g. to count them."""
+    return [w for w in model.weights if w.path.endswith(("/lora_kernel_a", "/lora_kernel_b"))]

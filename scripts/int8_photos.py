@@ -1,0 +1,93 @@
+"""What Keras int8 (`model.quantize("int8")`) costs against float32 on real photos.
+
+    python scripts/int8_photos.py --output int8_photos.json
+
+The two photos scikit-learn ships (`load_sample_images`: china.jpg, flower.jpg,
+640×427) go through the reference evaluation crop to 224×224 and into CaiT_XXS24 and
+CaiT_S24 in float32 and in int8. No pretrained weights can be downloaded here, so
+the weights are random, in two ways that bracket a trained model:
+
+    init     the constructors' own initialisation: LayerScale 1e-5, so every block is
+             nearly the identity and int8's rounding barely propagates (the logits
+             hardly differ between images or classes either);
+    random   every weight N(0, 0.05), LayerNorm scales 1 + N(0, 0.05): LayerScale 0.05
+             and random attention make the 24 blocks chaotic, so that any rounding
+             grows through the depth.
+
+Random-weight logits are not ImageNet predictions; top-1/top-5 agreement on two
+images is an illustration only.
+"""
+
+import argparse
+import json
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+VARIANTS = ("XXS24", "S24")
+
+
+def photos():
+    """The two sample photos, cropped as the reference evaluation does, 0..255 float32."""
+    import numpy as np
+    import tensorflow as tf
+    from sklearn.datasets import load_sample_images
+
+    from keras_cait.evaluation_transform import evaluation_transform
+
+    return np.stack([evaluation_transform(tf.constant(image), 224).numpy() for image in load_sample_images().images])
+
+
+def randomised(model, seed=0):
+    import numpy as np
+
+    rng = np.random.RandomState(seed)
+    for weight in model.weights:
+        value = rng.normal(0.0, 0.05, weight.shape)
+        weight.assign(value + 1.0 if weight.path.endswith("/gamma") else value)
+    return model
+
+
+def compare(variant, weights, images):
+    import keras
+    import numpy as np
+
+    from keras_cait.variants import cait
+
+    model = cait(variant, weights=None, classifier_activation=None)
+    if weights == "random":
+        model = randomised(model)
+    quantized = keras.Model.from_config(model.get_config())
+    quantized.set_weights(model.get_weights())
+    quantized.quantize("int8", filters=lambda layer: isinstance(layer, keras.layers.Dense))
+    full, int8 = model.predict(images, verbose=0), quantized.predict(images, verbose=0)
+    top5 = [len(set(np.argsort(-a)[:5]) & set(np.argsort(-b)[:5])) / 5 for a, b in zip(full, int8)]
+    return dict(
+        variant=variant,
+        weights=weights,
+        relative_logit_change=float(np.linalg.norm(int8 - full) / np.linalg.norm(full)),
+        max_logit_change_over_range=float(np.abs(int8 - full).max() / np.ptp(full)),
+        top1_agreement=float((full.argmax(-1) == int8.argmax(-1)).mean()),
+        top5_overlap=float(np.mean(top5)),
+        images=len(images),
+    )
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output", required=True)
+    args = parser.parse_args()
+    images = photos()
+    rows = [compare(variant, weights, images) for variant in VARIANTS for weights in ("init", "random")]
+    with open(args.output, "w") as file:
+        json.dump(rows, file, indent=1)
+    print("| model | weights | ‖int8 − f32‖ / ‖f32‖ (logits) | max change / logit range | top-1 agreement "
+          "| top-5 overlap |")
+    print("|---|---|---|---|---|---|")
+    for row in rows:
+        print(f"| CaiT_{row['variant']} | {row['weights']} | {row['relative_logit_change']:.2e} | "
+              f"{row['max_logit_change_over_range']:.2e} | {row['top1_agreement']:.0%} | {row['top5_overlap']:.0%} |")
+
+
+if __name__ == "__main__":
+    main()
