@@ -93,7 +93,7 @@ def download(arch, destination):
         raise ConnectionError(
             f"Could not download the ImageNet weights of {arch} from {url} ({error}). "
             f"Without network, fetch that file elsewhere and pass its path: "
-            f"weights='/path/to/model.safetensors' (or the official {registry.CHECKPOINTS[arch]['pth']}.pth)."
+            f"weights='/path/to/model.safetensors' (or the official {registry.official_pth(arch)})."
         ) from error
     with response:
         digest, digest_source = _expected_digest(arch, url, hub_headers)
