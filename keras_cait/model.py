@@ -23,9 +23,8 @@ from keras_cait.layers import (
     TalkingHeadsAttention,
 )
 from keras_cait.layers.initializers import linear_kernel
+from keras_cait.preprocessing import IMAGENET_MEAN, IMAGENET_STD
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 LAYER_NORM_EPSILON = 1e-6
 POOLING_MODES = (None, "token", "avg")
 

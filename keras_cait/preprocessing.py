@@ -6,7 +6,10 @@ import json
 
 import numpy as np
 
-from keras_cait.model import IMAGENET_MEAN, IMAGENET_STD
+# The mean and std of ImageNet-1k's RGB pixels on a 0..1 scale, as every CaiT checkpoint was
+# trained with them (timm's IMAGENET_DEFAULT_MEAN / _STD); the model normalises with them too.
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 def preprocess_input(x, include_preprocessing=True):

@@ -11,26 +11,27 @@ import os
 from keras_cait.model import build_cait
 from keras_cait.weights import CHECKPOINTS, imagenet_weights, load_weights_file
 
-#        width  depth  heads  LayerScale init   released ImageNet checkpoints (timm arch)
+#                  width          depth      heads         LayerScale init
 VARIANTS = {
-    "XXS24": dict(embed_dim=192, depth=24, num_heads=4, init_values=1e-5,
-                  checkpoints=("cait_xxs24_224", "cait_xxs24_384")),
-    "XXS36": dict(embed_dim=192, depth=36, num_heads=4, init_values=1e-5,
-                  checkpoints=("cait_xxs36_224", "cait_xxs36_384")),
-    "XS24": dict(embed_dim=288, depth=24, num_heads=6, init_values=1e-5,
-                 checkpoints=("cait_xs24_384",)),
-    "XS36": dict(embed_dim=288, depth=36, num_heads=6, init_values=1e-5, checkpoints=()),
-    "S24": dict(embed_dim=384, depth=24, num_heads=8, init_values=1e-5,
-                checkpoints=("cait_s24_224", "cait_s24_384")),
-    "S36": dict(embed_dim=384, depth=36, num_heads=8, init_values=1e-6,
-                checkpoints=("cait_s36_384",)),
-    "S48": dict(embed_dim=384, depth=48, num_heads=8, init_values=1e-6, checkpoints=()),
-    "M24": dict(embed_dim=768, depth=24, num_heads=16, init_values=1e-5, checkpoints=()),
-    "M36": dict(embed_dim=768, depth=36, num_heads=16, init_values=1e-6,
-                checkpoints=("cait_m36_384",)),
-    "M48": dict(embed_dim=768, depth=48, num_heads=16, init_values=1e-6,
-                checkpoints=("cait_m48_448",)),
+    "XXS24": dict(embed_dim=192, depth=24, num_heads=4, init_values=1e-5),
+    "XXS36": dict(embed_dim=192, depth=36, num_heads=4, init_values=1e-5),
+    "XS24": dict(embed_dim=288, depth=24, num_heads=6, init_values=1e-5),
+    "XS36": dict(embed_dim=288, depth=36, num_heads=6, init_values=1e-5),
+    "S24": dict(embed_dim=384, depth=24, num_heads=8, init_values=1e-5),
+    "S36": dict(embed_dim=384, depth=36, num_heads=8, init_values=1e-6),
+    "S48": dict(embed_dim=384, depth=48, num_heads=8, init_values=1e-6),
+    "M24": dict(embed_dim=768, depth=24, num_heads=16, init_values=1e-5),
+    "M36": dict(embed_dim=768, depth=36, num_heads=16, init_values=1e-6),
+    "M48": dict(embed_dim=768, depth=48, num_heads=16, init_values=1e-6),
 }
+
+
+def released_checkpoints(variant):
+    """The variant's ImageNet checkpoints (timm arch names), from the one table of them,
+    `keras_cait.weights.registry.CHECKPOINTS`: e.g. ("cait_s24_224", "cait_s24_384")."""
+    prefix = f"cait_{variant.lower()}_"
+    return tuple(arch for arch in CHECKPOINTS if arch.startswith(prefix))
+
 
 WEIGHTS_ALLOWED = "'imagenet', None, or the path of a .safetensors, .pth or .weights.h5 file"
 
@@ -39,15 +40,15 @@ logger = logging.getLogger(__name__)
 
 def default_resolution(variant):
     """The resolution of the variant's first released checkpoint (224 when it has none)."""
-    checkpoints = VARIANTS[variant]["checkpoints"]
+    checkpoints = released_checkpoints(variant)
     return CHECKPOINTS[checkpoints[0]]["resolution"] if checkpoints else 224
 
 
 def select_checkpoint(variant, height, width):
     """The variant's checkpoint at (height, width), or else the nearest one (to be resized)."""
-    checkpoints = VARIANTS[variant]["checkpoints"]
+    checkpoints = released_checkpoints(variant)
     if not checkpoints:
-        released = ", ".join(name for name, v in VARIANTS.items() if v["checkpoints"])
+        released = ", ".join(name for name in VARIANTS if released_checkpoints(name))
         raise ValueError(
             f"CaiT_{variant} has no released ImageNet checkpoint; variants with one: "
             f"{released}. Use weights=None to train it, or a path to your own weights."
@@ -82,7 +83,7 @@ def cait(
     """Builds `CaiT_<variant>`; see the constructors (e.g. `CaiT_S24`) for the arguments."""
     if variant not in VARIANTS:
         raise ValueError(f"Unknown CaiT variant {variant!r}; choose one of {', '.join(VARIANTS)}.")
-    config = {k: v for k, v in VARIANTS[variant].items() if k != "checkpoints"}
+    config = VARIANTS[variant]
     if input_shape is None:
         if input_tensor is not None:
             input_shape = tuple(input_tensor.shape[1:])
@@ -181,9 +182,14 @@ BASE_DOCSTRING = """Instantiates CaiT-{variant} ("Going deeper with Image Transf
 
 
 def _constructor(variant):
+    config = VARIANTS[variant]
+    checkpoints = released_checkpoints(variant)
+    # Variants without a released checkpoint build with random weights by default.
+    default_weights = "imagenet" if checkpoints else None
+
     def constructor(
         include_top=True,
-        weights="imagenet",
+        weights=default_weights,
         input_tensor=None,
         input_shape=None,
         pooling=None,
@@ -200,13 +206,10 @@ def _constructor(variant):
             include_preprocessing=include_preprocessing, drop_path_rate=drop_path_rate, name=name,
         )
 
-    config = VARIANTS[variant]
-    if not config["checkpoints"]:
-        constructor.__defaults__ = (True, None) + constructor.__defaults__[2:]
     constructor.__name__ = constructor.__qualname__ = f"CaiT_{variant}"
     constructor.__doc__ = BASE_DOCSTRING.format(
         variant=variant,
-        released=", ".join(config["checkpoints"]) or "none (weights default to None)",
+        released=", ".join(checkpoints) or "none (weights default to None)",
         resolution=default_resolution(variant),
         **{k: config[k] for k in ("depth", "embed_dim", "num_heads")},
     )

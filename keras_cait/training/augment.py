@@ -11,7 +11,7 @@ import dataclasses
 import keras
 import tensorflow as tf
 
-from keras_cait.model import IMAGENET_MEAN, IMAGENET_STD
+from keras_cait.preprocessing import IMAGENET_MEAN, IMAGENET_STD
 from keras_cait.training.mixup_cutmix import MixupCutmix
 from keras_cait.training.random_erasing import erasing_box
 from keras_cait.training.random_resized_crop import RandomResizedCrop

@@ -206,6 +206,8 @@ class MixupCutmix(keras.layers.Layer):
         return mix_labels(labels, transformation, self.num_classes, self.label_smoothing)
 
     def compute_output_shape(self, input_shape):
+        if isinstance(input_shape, dict):  # labels become (batch, num_classes) soft labels
+            return {"images": input_shape["images"], "labels": (input_shape["labels"][0], self.num_classes)}
         return input_shape
 
     def get_config(self):
