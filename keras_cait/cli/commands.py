@@ -112,7 +112,7 @@ def export(args):
                 model, output, top_k=args.top_k or 5, quantization=args.quantization, overwrite=args.overwrite
             )
     except (ValueError, FileExistsError, ImportError) as error:
-        raise SystemExit(f"keras-cait export: {error}") from error
+        raise fail("export", error) from error
     print(f"wrote {output}")
 
 

@@ -12,9 +12,10 @@ import re
 
 
 def flag_syntax(message):
-    """`weights='PATH'` / `weights=None` in a library message -> `--weights PATH` / `--weights none`."""
-    message = re.sub(r"\bweights='([^']*)'", r"--weights \1", message)
-    return re.sub(r"\bweights=None\b", "--weights none", message)
+    """`weights='PATH'` / `weights=None` in a library message -> `--weights PATH` / `--weights none`
+    (and the same for `quantization`)."""
+    message = re.sub(r"\b(weights|quantization)='([^']*)'", r"--\1 \2", message)
+    return re.sub(r"\b(weights|quantization)=None\b", r"--\1 none", message)
 
 
 def fail(command, message):

@@ -9,11 +9,9 @@ runs it in tf.data.
 import dataclasses
 
 import keras
-import tensorflow as tf
 
 from keras_cait.preprocessing import IMAGENET_MEAN, IMAGENET_STD
 from keras_cait.training.mixup_cutmix import MixupCutmix
-from keras_cait.training.random_erasing import erasing_box
 from keras_cait.training.random_resized_crop import RandomResizedCrop
 
 # The rotation range of timm's RandAugment at magnitude 10 (rotate: ±30°).
@@ -53,6 +51,12 @@ def random_erasing(probability=0.25):
     """
     if not 0 <= probability <= 1:
         raise ValueError(f"probability={probability}: must be in [0, 1], e.g. 0.25.")
+    # tf.data code: imported here so that `keras_cait.training` loads without TensorFlow
+    # (the JAX backend's training, e.g. on a GPU machine without TensorFlow).
+    import tensorflow as tf
+
+    from keras_cait.training.random_erasing import erasing_box
+
     mean = [255.0 * m for m in IMAGENET_MEAN]
     std = [255.0 * s for s in IMAGENET_STD]
 

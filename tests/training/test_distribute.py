@@ -96,4 +96,4 @@ def test_jax_data_parallel_over_two_devices(digits, tmp_path):
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "dataparallel: 2 replica(s), global batch 8 (4 per replica), 5 steps per epoch" in done.stdout
-    assert sorted(os.listdir(output_dir)) == ["best.keras", "final.keras", "logs"]
+    assert sorted(os.listdir(output_dir)) == ["best.keras", "ema.keras", "final.keras", "logs"]
