@@ -1,23 +1,11 @@
+"""keras_cait.layers.PositionEmbedding."""
+
 import keras
 import numpy as np
 
-from keras_cait.layers import ClassToken, PatchEmbedding, PositionEmbedding
+from keras_cait.layers import PositionEmbedding
 from keras_cait.model import build_cait
 from tests.layers.reference import randomize
-
-
-def test_patch_embedding_projects_each_patch_in_row_major_order():
-    layer = PatchEmbedding(8, patch_size=4)
-    images = np.random.RandomState(0).normal(size=(2, 8, 12, 3)).astype("float32")
-    layer.build(images.shape)
-    randomize(layer)
-    tokens = keras.ops.convert_to_numpy(layer(images))
-    assert tokens.shape == (2, 6, 8)
-    kernel = keras.ops.convert_to_numpy(layer.projection.kernel).reshape(-1, 8)
-    bias = keras.ops.convert_to_numpy(layer.projection.bias)
-    for index, (row, col) in enumerate((r, c) for r in range(2) for c in range(3)):
-        patch = images[:, 4 * row:4 * row + 4, 4 * col:4 * col + 4, :].reshape(2, -1)
-        np.testing.assert_allclose(tokens[:, index], patch @ kernel + bias, rtol=1e-4, atol=1e-5)
 
 
 def test_position_embedding_adds_one_vector_per_grid_position():
@@ -45,13 +33,3 @@ def test_position_embedding_saved_for_one_grid_loads_resized_into_another(tmp_pa
     got = keras.ops.convert_to_numpy(large.get_layer("position_embedding").embeddings)
     np.testing.assert_allclose(got, expected, rtol=1e-6)
     assert got.shape == (1, 24, 32)
-
-
-def test_class_token_is_one_learned_vector_repeated_over_the_batch():
-    layer = ClassToken()
-    patches = np.zeros((3, 5, 4), "float32")
-    layer.build(patches.shape)
-    randomize(layer)
-    out = keras.ops.convert_to_numpy(layer(patches))
-    assert out.shape == (3, 1, 4)
-    np.testing.assert_array_equal(out, np.repeat(keras.ops.convert_to_numpy(layer.token), 3, axis=0))
