@@ -4,9 +4,15 @@
 variants and their weights, preprocessing and attention maps. The training
 recipe (`keras_cait.training`) and the exporters (`keras_cait.export_*`) are
 TensorFlow modules (tf.data, SavedModel) and load on first use.
+TensorFlow's start-up INFO lines are left out (see `keras_cait.startup_log`).
 """
 
 import importlib
+
+from keras_cait.startup_log import quiet_tensorflow_startup
+
+with quiet_tensorflow_startup():
+    import keras  # noqa: F401  loads the backend (TensorFlow by default) without its start-up INFO lines
 
 from keras_cait import layers
 from keras_cait.attention import AttentionMaps, attention_maps

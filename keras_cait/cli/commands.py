@@ -1,18 +1,16 @@
 """The `keras-cait` command line: predict, convert, export, attention, demo, train, finetune, evaluate.
 
-Each command's work is a function of its parsed arguments; the library is
-imported inside it, so `keras-cait --help` and argument errors are instant.
+Each command's work is a function of its parsed arguments; models are built
+inside it, after the arguments and input files are checked, so a mistake is
+reported before anything is built or downloaded.
 `train`, `finetune` and `evaluate` have many flags of their own and are parsed
 by `keras_cait.cli.runs`.
 """
 
 import argparse
-import os
 import sys
 
 from keras_cait.cli.errors import check_image_files, fail, load_keras_model, weights_errors
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def _variant_of(model_name):
@@ -64,6 +62,7 @@ def predict(args):
 
     # The images first: a typo in a path should not wait for (or download) a model.
     side = _side(args.model)
+    check_image_files("predict", args.images)
     images = np.stack([_load_image("predict", path, side) for path in args.images])
     model, _ = _build("predict", args.model, args.weights)
     probabilities = model.predict(images, verbose=0)

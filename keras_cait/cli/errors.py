@@ -36,9 +36,9 @@ def weights_errors(command, weights):
 
 
 def check_image_files(command, paths):
-    """Fails before any model is built if an image file is missing."""
+    """Fails before any model is built if a local image file is missing (URLs such as gs:// pass)."""
     for path in paths:
-        if not os.path.isfile(path):
+        if "://" not in path and not os.path.isfile(path):
             raise fail(command, f"image {path!r}: no such file.")
 
 

@@ -47,7 +47,7 @@ def test_predict_reads_the_images_before_building_the_model(monkeypatch, no_netw
     monkeypatch.setattr(keras_cait.variants, "cait", lambda *a, **k: pytest.fail("model built"))
     missing = str(tmp_path / "missing.jpg")
     message = one_line_error(["predict", missing])
-    assert message == f"keras-cait predict: Image {missing!r} does not exist."
+    assert message == f"keras-cait predict: image {missing!r}: no such file."
 
 
 def test_predict_of_a_truncated_jpeg_is_one_line_naming_the_file(image, tmp_path):

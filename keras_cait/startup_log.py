@@ -1,0 +1,80 @@
+"""TensorFlow's start-up INFO lines, kept out of `import keras_cait`.
+
+When TensorFlow 2.21 loads it logs, at INFO level, that oneDNN is on, that no
+CUDA driver was found and which CPU instructions it could use, each preceded by
+Abseil's notice "All log messages before absl::InitializeLog() is called are
+written to STDERR". Abseil prints these before its log level is set up, so
+`TF_CPP_MIN_LOG_LEVEL` cannot hide them (abseil/abseil-cpp#1718, #1957), and
+they would open every `keras-cait` command, `--help` included.
+
+`import keras_cait` imports Keras (and with it TensorFlow) inside
+`quiet_tensorflow_startup()`: standard error is caught in a temporary file
+while the import runs and written back afterwards, in order, without those
+INFO lines. Everything else (warnings, errors, Python's own messages) is kept.
+`TF_CPP_MIN_LOG_LEVEL=0` keeps the INFO lines too, and nothing is caught when
+TensorFlow was imported before keras_cait.
+"""
+
+import contextlib
+import os
+import re
+import sys
+import tempfile
+
+# An Abseil INFO record: "I1123 12:06:39.297748    1887 port.cc:153] ...", whose seconds
+# are since the epoch ("I0000 00:00:1795435799.297748") before Abseil is initialised.
+_INFO_RECORD = re.compile(rb"I\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [^\s:\]]+:\d+\] ")
+_ABSL_NOTICE = b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+# The second line of cpu_feature_guard.cc's record, which Abseil writes unprefixed.
+_INFO_CONTINUATION = b"To enable the following instructions:"
+
+
+def drop_startup_info(captured):
+    """`captured` (bytes written to standard error) without Abseil's INFO records and notice."""
+    kept = []
+    after_info = False
+    for line in captured.splitlines(keepends=True):
+        if _INFO_RECORD.match(line) or line.rstrip(b"\r\n") == _ABSL_NOTICE:
+            after_info = _INFO_RECORD.match(line) is not None
+            continue
+        if after_info and line.startswith(_INFO_CONTINUATION):
+            continue
+        after_info = False
+        kept.append(line)
+    return b"".join(kept)
+
+
+@contextlib.contextmanager
+def quiet_tensorflow_startup():
+    """Runs its body with TensorFlow's start-up INFO lines removed from standard error."""
+    if "tensorflow" in sys.modules or os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "0":
+        yield
+        return
+    try:
+        original = os.dup(2)
+    except OSError:  # no standard error to tidy (a daemon, a closed descriptor)
+        yield
+        return
+    with tempfile.TemporaryFile() as caught:
+        _flush_stderr()
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            _flush_stderr()
+            os.dup2(original, 2)
+            os.close(original)
+            caught.seek(0)
+            _write_all(2, drop_startup_info(caught.read()))
+
+
+def _flush_stderr():
+    if sys.stderr is not None:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.flush()
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]

@@ -1,0 +1,144 @@
+"""`import keras_cait` and `keras-cait --help` without TensorFlow's start-up INFO lines, and with
+everything else that goes to standard error kept, in order."""
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from keras_cait.startup_log import drop_startup_info
+
+STARTUP_LOG = os.path.join(os.path.dirname(__file__), os.pardir, "keras_cait", "startup_log.py")
+NOTICE = b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+
+
+def run_python(code, **env):
+    """stdout, stderr of `python -c code` with TensorFlow's log level unset unless given."""
+    environment = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    environment.update(KERAS_BACKEND="tensorflow", **env)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, env=environment, timeout=300)
+    assert done.returncode == 0, done.stderr.decode()
+    return done.stdout, done.stderr
+
+
+def sources(stderr):
+    """The 'file.cc:line' of each Abseil record, e.g. ['port.cc:153', 'cudart_stub.cc:31']."""
+    return [line.split(b"]")[0].rsplit(b" ", 1)[-1] for line in stderr.splitlines() if b".cc:" in line]
+
+
+@pytest.fixture(scope="module")
+def plain_keras_import():
+    """What importing Keras (and TensorFlow) prints without keras_cait; these tests need it noisy."""
+    _, stderr = run_python("import keras")
+    if not any(line.startswith(b"I") for line in stderr.splitlines()):
+        pytest.skip("this TensorFlow prints no INFO lines on import: nothing to keep out")
+    return stderr
+
+
+def test_import_keras_cait_prints_nothing_tensorflow_would_not_at_a_log_level_of_1(plain_keras_import):
+    _, stderr = run_python("import keras_cait")
+    assert NOTICE not in stderr and not any(line.startswith(b"I0") for line in stderr.splitlines())
+    assert stderr == drop_startup_info(plain_keras_import)
+
+
+def test_keras_cait_help_prints_the_help_and_nothing_else(plain_keras_import):
+    stdout, stderr = run_python("from keras_cait.cli import main; main(['--help'])")
+    assert stdout.startswith(b"usage: keras-cait") and stderr == b""
+    script = shutil.which("keras-cait", path=os.path.dirname(sys.executable))
+    if script:  # the console script the README's install puts beside this Python
+        done = subprocess.run([script, "--help"], capture_output=True, timeout=300,
+                              env={k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"})
+        assert done.stdout.startswith(b"usage: keras-cait") and done.stderr == b""
+
+
+def test_a_missing_image_is_one_line_on_standard_error_with_no_tensorflow_lines(tmp_path):
+    missing = str(tmp_path / "missing.jpg")
+    environment = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    done = subprocess.run([sys.executable, "-m", "keras_cait.cli", "predict", missing, "--weights", "none"],
+                          capture_output=True, env=environment, timeout=300)
+    assert done.returncode == 1
+    assert done.stderr.decode() == f"keras-cait predict: image {missing!r}: no such file.\n"
+
+
+def test_tf_cpp_min_log_level_0_keeps_the_startup_lines(plain_keras_import):
+    _, stderr = run_python("import keras_cait", TF_CPP_MIN_LOG_LEVEL="0")
+    assert sources(stderr) == sources(plain_keras_import) and NOTICE in stderr
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import importlib.util, os, sys
+    spec = importlib.util.spec_from_file_location("startup_log", {path!r})
+    startup_log = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(startup_log)
+    print("stderr before", file=sys.stderr)
+    try:
+        with startup_log.quiet_tensorflow_startup():
+            os.write(2, {notice!r} + b"\\n")
+            os.write(2, b"I0000 00:00:1795435799.297748    1887 port.cc:153] oneDNN custom operations are on.\\n")
+            os.write(2, b"I1123 12:06:39.341746    1887 cpu_feature_guard.cc:227] This TensorFlow binary\\n")
+            os.write(2, b"To enable the following instructions: AVX2 FMA, rebuild TensorFlow.\\n")
+            print("a Python warning", file=sys.stderr)
+            os.write(2, b"W0000 00:00:1795435879.550464    2005 op_kernel.cc:1858] a real warning\\n")
+            print("stdout inside")
+            os.write(2, b"E0000 00:00:1795435879.531657    2005 cuda_platform.cc:52] an error\\n")
+            {last}
+    except RuntimeError as error:
+        print("raised", error, file=sys.stderr)
+    print("stderr after", file=sys.stderr)
+    """
+)
+
+
+@pytest.mark.parametrize("body_raises", [False, True], ids=["returns", "raises"])
+def test_only_abseil_info_is_left_out_and_the_rest_is_written_back_in_order(body_raises):
+    last = "raise RuntimeError('import failed')" if body_raises else "pass"
+    code = SCRIPT.format(path=STARTUP_LOG, notice=NOTICE, last=last)
+    stdout, stderr = run_python(code)
+    expected = [
+        b"stderr before",
+        b"a Python warning",
+        b"W0000 00:00:1795435879.550464    2005 op_kernel.cc:1858] a real warning",
+        b"E0000 00:00:1795435879.531657    2005 cuda_platform.cc:52] an error",
+        *([b"raised import failed"] if body_raises else []),
+        b"stderr after",
+    ]
+    assert stderr.splitlines() == expected
+    assert stdout == b"stdout inside\n"
+
+
+def test_nothing_is_caught_at_log_level_0_or_after_tensorflow_is_loaded():
+    code = SCRIPT.format(path=STARTUP_LOG, notice=NOTICE, last="pass")
+    _, stderr = run_python(code, TF_CPP_MIN_LOG_LEVEL="0")
+    assert NOTICE in stderr and b"port.cc:153]" in stderr
+    _, stderr = run_python("import tensorflow\n" + code)
+    assert b"port.cc:153] oneDNN custom operations are on.\n" in stderr
+
+
+def test_without_a_standard_error_the_body_still_runs():
+    stdout, _ = run_python(
+        f"import os\nos.close(2)\nimport importlib.util\n"
+        f"spec = importlib.util.spec_from_file_location('s', {STARTUP_LOG!r})\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "with m.quiet_tensorflow_startup():\n    print('ran')"
+    )
+    assert stdout == b"ran\n"
+
+
+def test_an_info_continuation_is_left_out_only_right_after_an_info_record():
+    captured = (
+        b"To enable the following instructions: not after an INFO record, kept\n"
+        b"I0000 00:00:1.5 7 cpu_feature_guard.cc:227] optimized\n"
+        b"To enable the following instructions: AVX2\n"
+        b"W0000 00:00:1.5 7 a.cc:1] kept\n"
+        b"To enable the following instructions: after a warning, kept\n"
+        b"I0000 00:00:1.5 7 b.cc:2] no newline at the end"
+    )
+    assert drop_startup_info(captured) == (
+        b"To enable the following instructions: not after an INFO record, kept\n"
+        b"W0000 00:00:1.5 7 a.cc:1] kept\n"
+        b"To enable the following instructions: after a warning, kept\n"
+    )
