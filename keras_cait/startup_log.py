@@ -51,11 +51,16 @@ def quiet_tensorflow_startup():
         yield
         return
     try:
-        original = os.dup(2)
-    except OSError:  # no standard error to tidy (a daemon, a closed descriptor)
+        caught = tempfile.TemporaryFile()
+    except OSError:  # no writable temporary directory: leave standard error as it is
         yield
         return
-    with tempfile.TemporaryFile() as caught:
+    with caught:
+        try:
+            original = os.dup(2)
+        except OSError:  # no standard error to tidy (a daemon, a closed descriptor)
+            yield
+            return
         _flush_stderr()
         os.dup2(caught.fileno(), 2)
         try:

@@ -118,9 +118,11 @@ def test_nothing_is_caught_at_log_level_0_or_after_tensorflow_is_loaded():
     assert b"port.cc:153] oneDNN custom operations are on.\n" in stderr
 
 
-def test_without_a_standard_error_the_body_still_runs():
+@pytest.mark.parametrize("setup", ["os.close(2)", "tempfile.tempdir = '/nonexistent'"],
+                         ids=["no standard error", "no temporary directory"])
+def test_where_standard_error_cannot_be_caught_the_body_runs_all_the_same(setup):
     stdout, _ = run_python(
-        f"import os\nos.close(2)\nimport importlib.util\n"
+        f"import os, tempfile\n{setup}\nimport importlib.util\n"
         f"spec = importlib.util.spec_from_file_location('s', {STARTUP_LOG!r})\n"
         "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
         "with m.quiet_tensorflow_startup():\n    print('ran')"
