@@ -34,8 +34,9 @@ def drop_startup_info(captured):
     kept = []
     after_info = False
     for line in captured.splitlines(keepends=True):
-        if _INFO_RECORD.match(line) or line.rstrip(b"\r\n") == _ABSL_NOTICE:
-            after_info = _INFO_RECORD.match(line) is not None
+        info = _INFO_RECORD.match(line) is not None
+        if info or line.rstrip(b"\r\n") == _ABSL_NOTICE:
+            after_info = info
             continue
         if after_info and line.startswith(_INFO_CONTINUATION):
             continue
