@@ -15,11 +15,16 @@ STARTUP_LOG = os.path.join(os.path.dirname(__file__), os.pardir, "keras_cait", "
 NOTICE = b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
 
 
-def run_python(code, **env):
-    """stdout, stderr of `python -c code` with TensorFlow's log level unset unless given."""
+def run(command, **env):
+    """`command` run with TensorFlow's log level unset unless given, as a fresh terminal has it."""
     environment = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     environment.update(KERAS_BACKEND="tensorflow", **env)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, env=environment, timeout=300)
+    return subprocess.run(command, capture_output=True, env=environment, timeout=300)
+
+
+def run_python(code, **env):
+    """stdout, stderr of `python -c code`, which must succeed."""
+    done = run([sys.executable, "-c", code], **env)
     assert done.returncode == 0, done.stderr.decode()
     return done.stdout, done.stderr
 
@@ -49,16 +54,13 @@ def test_keras_cait_help_prints_the_help_and_nothing_else(plain_keras_import):
     assert stdout.startswith(b"usage: keras-cait") and stderr == b""
     script = shutil.which("keras-cait", path=os.path.dirname(sys.executable))
     if script:  # the console script the README's install puts beside this Python
-        done = subprocess.run([script, "--help"], capture_output=True, timeout=300,
-                              env={k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"})
+        done = run([script, "--help"])
         assert done.stdout.startswith(b"usage: keras-cait") and done.stderr == b""
 
 
 def test_a_missing_image_is_one_line_on_standard_error_with_no_tensorflow_lines(tmp_path):
     missing = str(tmp_path / "missing.jpg")
-    environment = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    done = subprocess.run([sys.executable, "-m", "keras_cait.cli", "predict", missing, "--weights", "none"],
-                          capture_output=True, env=environment, timeout=300)
+    done = run([sys.executable, "-m", "keras_cait.cli", "predict", missing, "--weights", "none"])
     assert done.returncode == 1
     assert done.stderr.decode() == f"keras-cait predict: image {missing!r}: no such file.\n"
 
@@ -68,12 +70,19 @@ def test_tf_cpp_min_log_level_0_keeps_the_startup_lines(plain_keras_import):
     assert sources(stderr) == sources(plain_keras_import) and NOTICE in stderr
 
 
-SCRIPT = textwrap.dedent(
-    """
-    import importlib.util, os, sys
-    spec = importlib.util.spec_from_file_location("startup_log", {path!r})
+# keras_cait/startup_log.py loaded on its own, so no TensorFlow is imported before it runs.
+LOAD_STANDALONE = textwrap.dedent(
+    f"""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("startup_log", {STARTUP_LOG!r})
     startup_log = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(startup_log)
+    """
+)
+
+SCRIPT = textwrap.dedent(
+    """
+    import os, sys
     print("stderr before", file=sys.stderr)
     try:
         with startup_log.quiet_tensorflow_startup():
@@ -96,7 +105,7 @@ SCRIPT = textwrap.dedent(
 @pytest.mark.parametrize("body_raises", [False, True], ids=["returns", "raises"])
 def test_only_abseil_info_is_left_out_and_the_rest_is_written_back_in_order(body_raises):
     last = "raise RuntimeError('import failed')" if body_raises else "pass"
-    code = SCRIPT.format(path=STARTUP_LOG, notice=NOTICE, last=last)
+    code = LOAD_STANDALONE + SCRIPT.format(notice=NOTICE, last=last)
     stdout, stderr = run_python(code)
     expected = [
         b"stderr before",
@@ -111,7 +120,7 @@ def test_only_abseil_info_is_left_out_and_the_rest_is_written_back_in_order(body
 
 
 def test_nothing_is_caught_at_log_level_0_or_after_tensorflow_is_loaded():
-    code = SCRIPT.format(path=STARTUP_LOG, notice=NOTICE, last="pass")
+    code = LOAD_STANDALONE + SCRIPT.format(notice=NOTICE, last="pass")
     _, stderr = run_python(code, TF_CPP_MIN_LOG_LEVEL="0")
     assert NOTICE in stderr and b"port.cc:153]" in stderr
     _, stderr = run_python("import tensorflow\n" + code)
@@ -122,10 +131,8 @@ def test_nothing_is_caught_at_log_level_0_or_after_tensorflow_is_loaded():
                          ids=["no standard error", "no temporary directory"])
 def test_where_standard_error_cannot_be_caught_the_body_runs_all_the_same(setup):
     stdout, _ = run_python(
-        f"import os, tempfile\n{setup}\nimport importlib.util\n"
-        f"spec = importlib.util.spec_from_file_location('s', {STARTUP_LOG!r})\n"
-        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
-        "with m.quiet_tensorflow_startup():\n    print('ran')"
+        f"import os, tempfile\n{setup}\n" + LOAD_STANDALONE
+        + "with startup_log.quiet_tensorflow_startup():\n    print('ran')"
     )
     assert stdout == b"ran\n"
 
