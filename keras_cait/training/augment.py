@@ -28,12 +28,17 @@ def rand_augment(magnitude=9, num_ops=2, seed=None):
     which gives timm's rotation range (±27° at magnitude 9) rather than Keras'
     literal "magnitude / 10" (±324°, which would turn objects upside down); its
     shear, translation and colour ops are then milder than timm's.
+
+    The layer computes in float32 whatever the global dtype policy: the input
+    pipeline hands the model float32 images 0..255 under every policy, and the
+    model casts them at its input. (Keras' augmentation layers otherwise follow
+    a mixed policy and return float16/bfloat16 images.)
     """
     if not 0 <= magnitude <= 10:
         raise ValueError(f"magnitude={magnitude}: must be in [0, 10] as timm's, e.g. 9.")
     factor = magnitude / 10 * _TIMM_MAX_ROTATION_DEGREES / 360
     return keras.layers.RandAugment(
-        value_range=(0, 255), num_ops=num_ops, factor=factor, seed=seed
+        value_range=(0, 255), num_ops=num_ops, factor=factor, seed=seed, dtype="float32"
     )
 
 
@@ -103,9 +108,10 @@ class Augmentation:
         if self.repeats < 1:
             raise ValueError(f"repeats={self.repeats}: must be >= 1 (1 disables repetition).")
 
+    # The layers compute in float32 under any global policy, as `rand_augment` does.
     def crop(self):
         return RandomResizedCrop(
-            self.image_size, self.image_size, scale=self.scale, ratio=self.ratio
+            self.image_size, self.image_size, scale=self.scale, ratio=self.ratio, dtype="float32"
         )
 
     def mix(self):
@@ -115,4 +121,5 @@ class Augmentation:
             cutmix_alpha=self.cutmix_alpha,
             switch_prob=self.switch_prob,
             label_smoothing=self.label_smoothing,
+            dtype="float32",
         )
