@@ -26,6 +26,28 @@ VARIANTS = {
 }
 
 
+def parse_model_name(name):
+    """One naming everywhere: 'cait_xxs24_224', 'cait_xxs24' and 'XXS24' (any case) name XXS24.
+
+    Returns:
+        `(variant, resolution)`, e.g. `("XXS24", 224)`, or `("XXS24", None)` when the
+        name gives no resolution.
+
+    Raises:
+        ValueError naming the valid names.
+    """
+    parts = str(name).strip().lower().removeprefix("cait_").split("_")
+    variant = parts[0].upper()
+    if variant in VARIANTS and len(parts) == 1:
+        return variant, None
+    if variant in VARIANTS and len(parts) == 2 and parts[1].isdigit() and int(parts[1]) > 0:
+        return variant, int(parts[1])
+    raise ValueError(
+        f"Unknown CaiT model {name!r}; use a variant ({', '.join(VARIANTS)}), cait_<variant> or "
+        f"cait_<variant>_<resolution>, in any case, e.g. XXS24, cait_xxs24 or cait_xxs24_224."
+    )
+
+
 def released_checkpoints(variant):
     """The variant's ImageNet checkpoints (timm arch names), from the one table of them,
     `keras_cait.weights.registry.CHECKPOINTS`: e.g. ("cait_s24_224", "cait_s24_384")."""
@@ -80,15 +102,18 @@ def cait(
     drop_path_rate=0.0,
     name=None,
 ):
-    """Builds `CaiT_<variant>`; see the constructors (e.g. `CaiT_S24`) for the arguments."""
-    if variant not in VARIANTS:
-        raise ValueError(f"Unknown CaiT variant {variant!r}; choose one of {', '.join(VARIANTS)}.")
+    """Builds a CaiT by name; see the constructors (e.g. `CaiT_S24`) for the arguments.
+
+    `variant` is any name `parse_model_name` takes: "S24", "cait_s24" or
+    "cait_s24_384" (whose resolution is the default input size).
+    """
+    variant, resolution = parse_model_name(variant)
     config = VARIANTS[variant]
     if input_shape is None:
         if input_tensor is not None:
             input_shape = tuple(input_tensor.shape[1:])
         else:
-            side = default_resolution(variant)
+            side = resolution or default_resolution(variant)
             input_shape = (side, side, 3)
     input_shape = tuple(input_shape)
 

@@ -14,18 +14,13 @@ from keras_cait.cli.errors import check_image_files, fail, load_keras_model, wei
 
 
 def _variant_of(model_name):
-    """'cait_s24_224' -> ('S24', 224); 'cait_xs36' -> ('XS36', None)."""
-    from keras_cait.variants import VARIANTS
+    """'cait_s24_224' -> ('S24', 224); 'cait_xs36' or 'XS36' -> ('XS36', None)."""
+    from keras_cait.variants import parse_model_name
 
-    parts = model_name.lower().removeprefix("cait_").split("_")
-    variant = parts[0].upper()
-    if variant not in VARIANTS or len(parts) > 2 or (len(parts) == 2 and not parts[1].isdigit()):
-        names = ", ".join(f"cait_{v.lower()}" for v in VARIANTS)
-        raise SystemExit(
-            f"keras-cait: unknown model {model_name!r}; use cait_<variant>[_<resolution>], "
-            f"variant one of {names}, e.g. cait_s24_224."
-        )
-    return variant, int(parts[1]) if len(parts) == 2 else None
+    try:
+        return parse_model_name(model_name)
+    except ValueError as error:
+        raise SystemExit(f"keras-cait: {error}") from error
 
 
 def _side(model_name):

@@ -19,7 +19,7 @@ from keras_cait.cli.errors import fail, load_keras_model, weights_errors
 from keras_cait.training import augment, distribute, lora, optimizer, resume, schedule, sources, stream, transfer
 from keras_cait.training.callbacks import run_callbacks, save_model
 from keras_cait.training.distillation import DISTILLATION_TYPES, Distiller
-from keras_cait.variants import cait
+from keras_cait.variants import cait, parse_model_name
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 # The fine-tuning rates are given for the default batch of one device, as in
@@ -152,7 +152,7 @@ def train_parser():
         "train",
     )
     parser.add_argument("--model", default="S24",
-                        help="CaiT variant (XXS24, XXS36, XS24, S24, ...) or a JSON object of "
+                        help="CaiT variant (XXS24, cait_xxs24 or cait_xxs24_224, any case) or a JSON object of "
                              'build_cait arguments, e.g. \'{"embed_dim": 192, "depth": 12, '
                              '"num_heads": 4, "init_values": 1e-5}\'')
     _add_data_arguments(parser, train=True)
@@ -179,7 +179,8 @@ def finetune_parser():
         "finetune",
     )
     parser.add_argument("--model", default="XXS24",
-                        help="CaiT variant (XXS24, S24, ...) or the path of a .keras model")
+                        help="CaiT variant (XXS24, cait_xxs24 or cait_xxs24_224, any case) or the "
+                             "path of a .keras model")
     parser.add_argument("--weights", default="imagenet",
                         help="for a variant: imagenet, none, or a weights file")
     _add_data_arguments(parser, train=True, model_file=True)
@@ -218,7 +219,8 @@ def finetune_parser():
 def evaluate_parser():
     parser = _parser("Top-1 / top-5 accuracy of a CaiT on a folder of images or a TFDS split.", "evaluate")
     parser.add_argument("--model", default="S24",
-                        help="CaiT variant (with --weights) or the path of a .keras model")
+                        help="CaiT variant (S24, cait_s24 or cait_s24_224, any case; with --weights) "
+                             "or the path of a .keras model")
     parser.add_argument("--weights", default="imagenet",
                         help="for a variant: imagenet or a weights file")
     _add_data_arguments(parser, train=False, model_file=True)
@@ -452,7 +454,7 @@ def _load_backbone(args, keep_head=False):
         if model.input_shape[1:3] != (args.image_size, args.image_size):
             model = transfer.at_resolution(model, args.image_size)
         return model
-    args.image_size = args.image_size or 224
+    args.image_size = args.image_size or _named_resolution(args.model)
     weights = None if args.weights.lower() == "none" else args.weights
     with weights_errors("finetune", weights):
         head = dict(include_top=True) if keep_head else dict(include_top=False, pooling="token")
@@ -460,6 +462,21 @@ def _load_backbone(args, keep_head=False):
             args.model, **head, weights=weights,
             input_shape=(args.image_size, args.image_size, 3), drop_path_rate=args.drop_path,
         )
+
+
+def _named_resolution(model_name):
+    """The resolution a model name gives (cait_s24_384 -> 384), else 224."""
+    return parse_model_name(model_name)[1] or 224
+
+
+def _check_model_name(command, model_name):
+    """A variant name in any of its forms, a .keras path or a JSON object; else one line."""
+    if model_name.endswith(".keras") or model_name.lstrip().startswith("{"):
+        return
+    try:
+        parse_model_name(model_name)
+    except ValueError as error:
+        raise fail(command, f"--model: {error}") from error
 
 
 def _square_side(command, model):
@@ -551,7 +568,7 @@ def evaluate_run(args):
                                    f"{model.input_shape[1]}x{model.input_shape[2]} images; "
                                    "leave --image-size out to use the model's size.")
     else:
-        args.image_size = args.image_size or 224
+        args.image_size = args.image_size or _named_resolution(args.model)
         weights = None if args.weights.lower() == "none" else args.weights
         with weights_errors("evaluate", weights):
             model = cait(args.model, weights=weights,
@@ -585,4 +602,6 @@ COMMANDS = {
 def main(command, argv=None):
     """Parses `argv` with the command's parser and runs it, e.g. `main("evaluate", [...])`."""
     parser, run = COMMANDS[command]
-    run(parser().parse_args(argv))
+    args = parser().parse_args(argv)
+    _check_model_name(command, args.model)
+    run(args)

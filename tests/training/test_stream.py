@@ -67,3 +67,26 @@ def test_the_full_recipe_runs(folder):
     assert np.all(np.isfinite(images.numpy()))
     with pytest.raises(ValueError, match="batch_size=128 is larger than the 100"):
         stream.training_stream(source, augmentation, 128, 1)
+
+
+def test_the_images_are_the_same_float32_under_every_policy(folder, policy):
+    """DeiT's full augmentation hands the model float32 images 0..255 that do not depend on the
+    global dtype policy, bit for bit (the model casts them at its input). RandAugment draws from
+    a stateful generator, so its draws follow the order of the calls: one thread keeps it."""
+    source = sources.image_folder(folder)
+    augmentation = Augmentation(image_size=32, num_classes=10)  # every default: the full recipe
+    options = tf.data.Options()
+    options.threading.private_threadpool_size = 1
+
+    def batches(dtype_policy):
+        policy(dtype_policy)
+        batches = stream.training_stream(source, augmentation, 8, 2, seed=3).with_options(options)
+        return [(images.numpy(), labels.numpy()) for images, labels in batches]
+
+    reference = batches("float32")
+    assert len(reference) == 2 * (100 // 8) and reference[0][0].dtype == np.float32
+    for half in ("mixed_float16", "mixed_bfloat16"):
+        for (images, labels), (want_images, want_labels) in zip(batches(half), reference, strict=True):
+            assert images.dtype == np.float32
+            np.testing.assert_array_equal(images, want_images)
+            np.testing.assert_array_equal(labels, want_labels)
