@@ -184,3 +184,30 @@ def test_the_model_is_deterministic_at_inference_and_random_in_training(tiny_cai
     reference.set_weights(model.get_weights())
     np.testing.assert_allclose(first, reference(images), rtol=1e-5, atol=1e-6)
     assert not np.allclose(model(images, training=True), first)
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [("cait_xxs24_224", ("XXS24", 224)), ("cait_xxs24", ("XXS24", None)), ("XXS24", ("XXS24", None)),
+     ("xxs24", ("XXS24", None)), ("CaiT_S24_384", ("S24", 384)), (" m48_448 ", ("M48", 448))],
+)
+def test_a_model_name_in_any_of_its_forms(name, expected):
+    from keras_cait.variants import parse_model_name
+
+    assert parse_model_name(name) == expected
+
+
+@pytest.mark.parametrize("name", ["cait_xxs25", "cait_s24_big", "cait_s24_0", "vit_s24", "S24_224_1", ""])
+def test_an_unknown_model_name_lists_the_valid_ones(name):
+    from keras_cait.variants import cait, parse_model_name
+
+    for call in (parse_model_name, lambda n: cait(n, weights=None)):
+        with pytest.raises(ValueError, match=r"Unknown CaiT model .*XXS24, XXS36, XS24.*cait_xxs24_224"):
+            call(name)
+
+
+def test_cait_by_name_takes_its_resolution_as_the_input_size():
+    from keras_cait.variants import cait
+
+    assert cait("cait_xxs24_384", weights=None).input_shape == (None, 384, 384, 3)
+    assert cait("xxs24", weights=None).input_shape == (None, 224, 224, 3)

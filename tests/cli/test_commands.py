@@ -79,21 +79,44 @@ def test_convert_refuses_an_output_that_is_not_weights_h5(checkpoint, tmp_path):
     assert not os.path.exists(output)
 
 
-@pytest.mark.parametrize("command", ["predict", "convert"])
-@pytest.mark.parametrize("name", ["cait_zz99", "cait_s24_big", "vit_base_patch16_224"])
+@pytest.mark.parametrize("command", ["predict", "convert", "export", "train", "finetune", "evaluate"])
+@pytest.mark.parametrize("name", ["cait_zz99", "cait_s24_big", "vit_base_patch16_224", "S24_224_1"])
 def test_unknown_model_is_a_clear_error(command, name, tmp_path):
     arguments = {
         "predict": ["predict", "image.png", "--weights", "none", "--model", name],
         "convert": ["convert", "model.safetensors", str(tmp_path / "out.weights.h5"), "--model", name],
+        "export": ["export", str(tmp_path / "m.onnx"), "--weights", "none", "--model", name],
+        "train": ["train", "--data", str(tmp_path), "--output-dir", str(tmp_path / "o"), "--model", name],
+        "finetune": ["finetune", "--data", str(tmp_path), "--output-dir", str(tmp_path / "o"),
+                     "--model", name],
+        "evaluate": ["evaluate", "--data", str(tmp_path), "--model", name],
     }[command]
 
     with pytest.raises(SystemExit) as error:
         main(arguments)
 
     message = str(error.value)
-    assert f"unknown model {name!r}" in message
-    assert "cait_xxs24, cait_xxs36, cait_xs24" in message
-    assert "e.g. cait_s24_224" in message
+    assert f"Unknown CaiT model {name!r}" in message
+    assert "XXS24, XXS36, XS24, XS36, S24, S36, S48, M24, M36, M48" in message
+    assert "e.g. XXS24, cait_xxs24 or cait_xxs24_224" in message
+    assert not os.path.exists(tmp_path / "o")
+
+
+@pytest.mark.parametrize("name", ["cait_xxs24_224", "cait_xxs24", "XXS24", "xxs24", "CaiT_XXS24_224"])
+@pytest.mark.parametrize("command", ["predict", "finetune", "evaluate"])
+def test_every_command_takes_every_form_of_a_model_name(command, name, tmp_path):
+    """The name passes; the command goes on to the next mistake (a missing image or folder)."""
+    missing = str(tmp_path / "missing")
+    arguments = {
+        "predict": ["predict", missing + ".png", "--weights", "none", "--model", name],
+        "finetune": ["finetune", "--data", missing, "--output-dir", str(tmp_path / "o"), "--model", name],
+        "evaluate": ["evaluate", "--data", missing, "--model", name],
+    }[command]
+
+    with pytest.raises((SystemExit, FileNotFoundError)) as error:
+        main(arguments)
+
+    assert "missing" in str(error.value) and "Unknown CaiT model" not in str(error.value)
 
 
 def test_train_finetune_and_evaluate_are_subcommands_with_their_own_flags(capsys):
