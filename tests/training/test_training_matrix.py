@@ -31,7 +31,7 @@ TINY_MODEL = json.dumps(TINY_CAIT)
 # The full DeiT augmentation for finetune, whose own defaults are lighter (transfer learning).
 DEIT_AUGMENTATION = ["--mixup", "0.8", "--cutmix", "1.0", "--randaugment", "9", "--reprob", "0.25",
                      "--repeated-aug", "3"]
-LOSS = re.compile(r"\bloss: (\S+?)(?:\s|$)")
+LOSS = re.compile(r"\bloss: (-?(?:[0-9.]+(?:e[-+]?[0-9]+)?|nan|inf))", re.IGNORECASE)
 
 
 @pytest.fixture(scope="module")
