@@ -18,7 +18,11 @@ import time
 
 # A leftover whose writer's pid is alive (or reused) is removed once untouched for this long.
 STALE_AFTER_SECONDS = 24 * 3600
-_PARTIAL = re.compile(r"^\..+\.partial-(?P<pid>\d+)-")
+# Exactly the names partial_prefix + tempfile write: the 8 characters tempfile draws, then
+# no suffix (a workspace folder) or a checkpoint's; a user's `.notes.partial-1-mine` is not ours.
+_PARTIAL = re.compile(
+    r"^\..+\.partial-(?P<pid>\d+)-[a-z0-9_]{8}(\.safetensors|\.weights\.h5)?$"
+)
 # Names of keras_cait before they carried the pid: only their age tells they are stale.
 _UNDATED_PARTIAL = re.compile(
     r"^\..+(\.partial-[a-z0-9_]{8}|\.[a-z0-9_]{8}\.part\.(safetensors|weights\.h5))$"
@@ -47,6 +51,9 @@ def _writer_is_gone(path, pid):
 
 def remove_stale_partials(parent):
     """Removes the work in progress that dead writers left in `parent`; returns what it removed.
+
+    Only names this module writes are touched (`partial_prefix` with a pid, then
+    tempfile's 8 characters); a pid still alive keeps its work for 24 hours.
 
     A leftover folder holding `.previous` is an overwrite killed between its two
     renames (where the atomic exchange is unavailable): the old version is put

@@ -9,7 +9,7 @@ import logging
 import os
 
 from keras_cait.model import build_cait
-from keras_cait.weights import CHECKPOINTS, imagenet_weights, load_weights_file
+from keras_cait.weights import CHECKPOINTS, load_imagenet_weights, load_weights_file
 
 #                  width          depth      heads         LayerScale init
 VARIANTS = {
@@ -162,9 +162,9 @@ def cait(
     )
     if arch is not None:
         side = CHECKPOINTS[arch]["resolution"]
-        load_weights_file(model, imagenet_weights(
-            arch, lambda: build_cait(**config, input_shape=(side, side, 3), name=arch)
-        ))
+        load_imagenet_weights(
+            model, arch, lambda: build_cait(**config, input_shape=(side, side, 3), name=arch)
+        )
     elif pretrained:
         load_weights_file(model, weights)
     return model

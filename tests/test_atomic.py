@@ -82,14 +82,15 @@ def test_without_the_atomic_exchange_a_kill_between_renames_is_undone_by_the_nex
 
 
 def test_leftovers_of_dead_or_long_silent_writers_are_removed(tmp_path):
-    dead = f".1.partial-{dead_pid()}-abc123"
-    running = f".2.partial-{os.getppid()}-abc123"  # pytest's parent: alive
-    silent = f".3.partial-{os.getppid()}-def456"
+    dead = f".1.partial-{dead_pid()}-abc123_x"
+    running = f".2.partial-{os.getppid()}-abc123_x"  # pytest's parent: alive
+    silent = f".3.partial-{os.getppid()}-def456_y"
     for name in (dead, running, silent):
         write_version(str(tmp_path / name / name.split(".")[1]), "half")
-    file = f".model.partial-{dead_pid()}-xyz.safetensors"
+    file = f".model.partial-{dead_pid()}-xyz98765.safetensors"
     (tmp_path / file).write_bytes(b"half a download")
-    unrelated = [".hidden-but-not-ours", ".config.settings"]
+    unrelated = [".hidden-but-not-ours", ".config.settings",  # a user's, though like ours:
+                 f".mynotes.partial-{dead_pid()}-keep", f".notes.partial-{dead_pid()}-abcdefgh.txt"]
     undated = [".5.partial-k2j4h6g8", ".cait_s24_224.ab12cd34.part.safetensors"]  # older names
     fresh_undated = ".6.partial-m3n5b7v9"
     for name in unrelated + undated + [fresh_undated]:

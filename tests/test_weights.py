@@ -26,12 +26,16 @@ class Hub:
     def __init__(self):
         self.files = {}
         self.redirects = {}
+        self.responders = {}  # path -> function(handler) that answers in its own way
         self.requests = []
         hub = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
                 hub.requests.append(self.path)
+                if self.path in hub.responders:
+                    hub.responders[self.path](self)
+                    return
                 if self.path in hub.redirects:  # as huggingface.co: the hash rides on the 302
                     location, headers = hub.redirects[self.path]
                     self.send_response(302)
@@ -406,3 +410,71 @@ def test_a_relative_redirect_within_the_hub_is_followed_for_the_hash(hub, keras_
 
     assert hub.requests[:2] == [Hub.path("cait_xxs24_384"), renamed]
     assert cached_files(keras_cache) == [f"cait_xxs24_384.{TAG}.weights.h5"]
+
+
+class Pickled:
+    """A class torch.load(weights_only=True) must refuse to rebuild."""
+
+
+@pytest.mark.parametrize("content, held", [
+    ({"model": {"a": 1}}, "a dict whose entry 'a' is a int"),
+    ([1, 2], "a list"),
+    ({"model": [1]}, "a list"),
+    ({"blocks.0.norm1.weight": "text"}, "entry 'blocks.0.norm1.weight' is a str"),
+], ids=["dict_of_int", "list", "model_list", "string_value"])
+def test_a_pth_that_is_not_a_state_dict_is_named_in_the_error(tmp_path, tiny_cait, content, held):
+    import torch
+
+    path = str(tmp_path / "odd.pth")
+    torch.save(content, path)
+
+    with pytest.raises(ValueError, match="not a state_dict") as error:
+        load_weights_file(tiny_cait(), path)
+
+    assert path in str(error.value) and held in str(error.value)
+
+
+def test_a_pth_with_pickled_objects_is_refused_without_advice_to_run_them(tmp_path, tiny_cait):
+    import torch
+
+    path = str(tmp_path / "evil.pth")
+    torch.save({"model": Pickled()}, path)
+
+    with pytest.raises(ValueError, match="was not loaded") as error:
+        load_weights_file(tiny_cait(), path)
+
+    assert path in str(error.value)
+    assert "weights_only=False" not in str(error.value)
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+@pytest.mark.parametrize("kind", ["safetensors", "weights.h5"])
+def test_weights_holding_nan_or_inf_are_refused_naming_the_tensor(
+    tmp_path, timm_reference, tiny_cait, kind, value
+):
+    from safetensors.numpy import load_file, save_file
+
+    if kind == "safetensors":
+        path = str(timm_reference.save(timm_reference.tiny_model()))
+        state = load_file(path)
+        state["blocks.1.mlp.fc2.bias"][3] = value
+        save_file(state, path)
+        named = "blocks.1.mlp.fc2.bias"
+    else:
+        source = tiny_cait()
+        variable = source.get_layer("final_norm").gamma
+        variable.assign(np.where(np.arange(variable.shape[0]) == 3, value, variable.numpy()))
+        path = str(tmp_path / "model.weights.h5")
+        source.save_weights(path)
+        named = "final_norm"
+    model = tiny_cait()
+    before = [w.numpy() for w in model.weights]
+
+    with pytest.raises(ValueError, match="NaN or inf in 1 tensor") as error:
+        load_weights_file(model, path)
+
+    assert named in str(error.value) and "allow_nonfinite=True" in str(error.value)
+    for kept, weight in zip(before, model.weights):
+        np.testing.assert_array_equal(weight.numpy(), kept)  # nothing was assigned
+    load_weights_file(model, path, allow_nonfinite=True)
+    assert not np.isfinite(logits(model, timm_reference.images(1, timm_reference.tiny_size))).all()

@@ -2,15 +2,18 @@
 
 import collections
 import os
+import warnings
 
-from keras_cait.weights.convert import load_state_dict, read_checkpoint, timm_key_map
-from keras_cait.weights.download import cache_dir, imagenet_weights
+from keras_cait.weights.convert import check_finite, load_state_dict, read_checkpoint, timm_key_map
+from keras_cait.weights.download import DownloadError, cache_dir, imagenet_weights, remove_entry
 from keras_cait.weights.registry import CHECKPOINTS
 
 __all__ = [
     "CHECKPOINTS",
+    "DownloadError",
     "cache_dir",
     "imagenet_weights",
+    "load_imagenet_weights",
     "load_state_dict",
     "load_weights_file",
     "read_checkpoint",
@@ -54,13 +57,49 @@ def _check_keras_weights_fit(model, path):
         )
 
 
-def load_weights_file(model, path):
-    """Loads a .safetensors / .pth (timm or DeiT names) or .weights.h5 file into `model`."""
+def _h5_tensors(path):
+    import h5py
+
+    with h5py.File(path, "r") as file:
+        datasets = []
+        file.visititems(lambda name, item: datasets.append(name) if hasattr(item, "shape") else None)
+        for name in datasets:
+            yield name, file[name][()]
+
+
+def load_weights_file(model, path, allow_nonfinite=False):
+    """Loads a .safetensors / .pth (timm or DeiT names) or .weights.h5 file into `model`.
+
+    A file holding NaN or inf is refused, naming the tensors, unless `allow_nonfinite`.
+    """
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"weights={path!r}: no such file.")
     if path.endswith(".weights.h5"):
         _check_keras_weights_fit(model, path)
+        check_finite(_h5_tensors(path), f"weights file {path}", allow_nonfinite)
         model.load_weights(path)
     else:
-        load_state_dict(model, read_checkpoint(path), source=f"checkpoint {path}")
+        load_state_dict(model, read_checkpoint(path), source=f"checkpoint {path}",
+                        allow_nonfinite=allow_nonfinite)
+
+
+def load_imagenet_weights(model, arch, build_reference_model):
+    """Loads the cached (else downloaded) ImageNet weights of `arch` into `model`.
+
+    A cache entry that does not fit `arch` (another variant's file put there) is
+    removed and downloaded again, once; `build_reference_model` is as for
+    `imagenet_weights`.
+    """
+    path = imagenet_weights(arch, build_reference_model)
+    try:
+        _check_keras_weights_fit(model, path)
+    except ValueError as error:
+        warnings.warn(
+            f"The cached weights {path} do not fit {arch} ({error}); removing them and "
+            "downloading again.",
+            stacklevel=2,
+        )
+        remove_entry(path)
+        path = imagenet_weights(arch, build_reference_model)
+    load_weights_file(model, path)

@@ -7,6 +7,7 @@ ours differ (`proj_l` → `pre_softmax_head_mix`, `gamma_1` → `attention_layer
 """
 
 import os
+import pickle
 
 import numpy as np
 
@@ -85,15 +86,32 @@ def _describe(keys, limit=8):
     return shown + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
 
 
-def load_state_dict(model, state_dict, source="checkpoint"):
+def check_finite(named_arrays, source, allow_nonfinite=False):
+    """Raises ValueError naming the tensors of `named_arrays` ((name, array) pairs) that hold
+    NaN or inf: a model with one of them predicts NaN for every image."""
+    if allow_nonfinite:
+        return
+    bad = [name for name, array in named_arrays if not np.isfinite(array).all()]
+    if bad:
+        raise ValueError(
+            f"The {source} holds NaN or inf in {len(bad)} tensor(s): {_describe(bad)}. "
+            "Every prediction would be NaN; the file is damaged or from a diverged training run. "
+            "Pass another file, or load it anyway with "
+            "keras_cait.weights.load_weights_file(model, path, allow_nonfinite=True)."
+        )
+
+
+def load_state_dict(model, state_dict, source="checkpoint", allow_nonfinite=False):
     """Assigns a timm-named state_dict (name -> numpy array) to `model`, strictly.
 
     Every key of the map must be present with the right shape, and no other key
     may be present (the head's keys are allowed when the model has no head). A
-    position embedding of another square grid is resized bicubically.
+    position embedding of another square grid is resized bicubically. Tensors
+    holding NaN or inf are refused unless `allow_nonfinite`.
 
     Raises:
-        ValueError: naming the missing, unexpected and wrongly shaped keys.
+        ValueError: naming the missing, unexpected, wrongly shaped or
+            non-finite keys.
     """
     key_map = list(timm_key_map(model))
     expected = {key for key, _, _ in key_map}
@@ -129,6 +147,7 @@ def load_state_dict(model, state_dict, source="checkpoint"):
             f"{model.get_layer('final_norm').gamma.shape[0]}): " + "; ".join(problems)
             + ". Is it a checkpoint of another CaiT variant?"
         )
+    check_finite(((key, value) for key, (_, value) in values.items()), source, allow_nonfinite)
     for variable, value in values.values():
         variable.assign(value)
 
@@ -140,6 +159,17 @@ def _unreadable(path, kind, error):
         "truncated, empty or of another format; download it again (an interrupted copy?) "
         "or pass the right file."
     )
+
+
+def _outline(checkpoint, tensor_type):
+    """What a checkpoint that is not a state_dict holds, in a few words."""
+    if not isinstance(checkpoint, dict):
+        return f"a {type(checkpoint).__name__}"
+    odd = next(
+        (key, value) for key, value in checkpoint.items()
+        if not isinstance(key, str) or not isinstance(value, tensor_type)
+    )
+    return f"a dict whose entry {odd[0]!r} is a {type(odd[1]).__name__}"
 
 
 def read_checkpoint(path):
@@ -169,10 +199,25 @@ def read_checkpoint(path):
             ) from error
         try:
             checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as error:  # torch's advice (weights_only=False) would run it
+            raise ValueError(
+                f"{path} holds objects other than tensors and numbers (pickled code?), so it "
+                "was not loaded: keras_cait reads .pth files with torch.load(weights_only=True), "
+                "which runs no code. Use the official checkpoint, or a .safetensors file."
+            ) from error
         except (RuntimeError, EOFError) as error:  # truncated or not a torch file
             raise _unreadable(path, "PyTorch", error) from error
         if isinstance(checkpoint, dict) and "model" in checkpoint:
             checkpoint = checkpoint["model"]
+        if not isinstance(checkpoint, dict) or not all(
+            isinstance(key, str) and isinstance(value, torch.Tensor)
+            for key, value in checkpoint.items()
+        ):
+            raise ValueError(
+                f"{path} holds {_outline(checkpoint, torch.Tensor)}, not a state_dict: a dict of tensors named "
+                "as timm's (e.g. 'blocks.0.attn.qkv.weight'), alone or under 'model' as in the "
+                "official files. Pass such a checkpoint."
+            )
         return {
             key.removeprefix("module."): value.float().numpy()
             for key, value in checkpoint.items()

@@ -6,15 +6,28 @@ converted, written to another temporary file and only then renamed into place.
 The sha256 is the pinned one, else the one the hub itself sends before the
 redirect to its CDN; without either nothing is downloaded.
 
+Every download is bounded: it stops within one byte of the size the server
+declares (`X-Linked-Size`, else `Content-Length`), or of the variant's own
+float32 size + 1 % where it declares none; every read times out after
+`TIMEOUT_SECONDS` of silence; only http(s) URLs are opened, redirects included.
+Each failure is a `DownloadError` naming the URL and what to do. One process at
+a time fills a cache entry (a lock file beside it); the others wait and use its
+verified result.
+
 This follows huggingface_hub's protocol with the standard library rather than
 depending on it: the download is one file, and the package keeps to its few
 core dependencies.
 """
 
+import contextlib
 import hashlib
+import http.client
 import os
 import re
+import shutil
+import sys
 import tempfile
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -26,14 +39,48 @@ from keras_cait import atomic
 from keras_cait.weights import registry
 from keras_cait.weights.convert import load_state_dict, read_checkpoint
 
+try:
+    import fcntl
+except ImportError:  # Windows: no lock, each process downloads on its own
+    fcntl = None
+
 _CHUNK = 1 << 20
 _MAX_REDIRECTS = 5
+# Seconds one connect or one read may wait for the server before the download fails.
+TIMEOUT_SECONDS = 60
+_LOCK_POLL_SECONDS = 0.1
+
+
+class DownloadError(ConnectionError):
+    """A download of ImageNet weights failed; the message names the URL and what to do.
+
+    A `ConnectionError`, hence an `OSError`: code catching those keeps working.
+    """
 
 
 def cache_dir():
     """`$KERAS_HOME/models/keras_cait` (KERAS_HOME defaults to ~/.keras), as Keras' own cache."""
     home = os.environ.get("KERAS_HOME", os.path.join(os.path.expanduser("~"), ".keras"))
     return os.path.join(home, "models", "keras_cait")
+
+
+def _advice(arch):
+    return (
+        f"Without network, fetch that file elsewhere and pass its path: "
+        f"weights='/path/to/model.safetensors' (or the official {registry.official_pth(arch)})."
+    )
+
+
+def _http_only(arch, url, via=None):
+    scheme = urllib.parse.urlsplit(url).scheme.lower()
+    if scheme not in ("http", "https"):
+        raise DownloadError(
+            f"Refusing to download the ImageNet weights of {arch} from {url!r}"
+            + (f" (a redirect from {via})" if via else "")
+            + f": only http and https URLs are opened. If {registry.HUB_URL_ENV} is set, point "
+            f"it at an http(s) mirror of {registry.HUB_URL}. " + _advice(arch)
+        )
+    return url
 
 
 class _KeepRedirects(urllib.request.HTTPRedirectHandler):
@@ -43,7 +90,21 @@ class _KeepRedirects(urllib.request.HTTPRedirectHandler):
         return None
 
 
-def _first_response(url):
+def _follow_http_only(arch):
+    class FollowHttpOnly(urllib.request.HTTPRedirectHandler):
+        """Follows the CDN's own redirects, to http(s) URLs only (urllib allows ftp too)."""
+
+        def http_error_302(self, request, fp, code, message, headers):
+            location = headers.get("Location") or headers.get("URI") or ""
+            _http_only(arch, urllib.parse.urljoin(request.full_url, location), via=request.full_url)
+            return super().http_error_302(request, fp, code, message, headers)
+
+        http_error_301 = http_error_303 = http_error_307 = http_error_308 = http_error_302
+
+    return FollowHttpOnly
+
+
+def _first_response(arch, url):
     """(the response with the body, the headers of the hub's own response).
 
     huggingface.co answers `resolve/main/model.safetensors` with a 302 whose
@@ -55,8 +116,9 @@ def _first_response(url):
     """
     opener = urllib.request.build_opener(_KeepRedirects)
     for _ in range(_MAX_REDIRECTS):
+        _http_only(arch, url)
         try:
-            response = opener.open(url, timeout=60)
+            response = opener.open(url, timeout=TIMEOUT_SECONDS)
             return response, response.headers
         except urllib.error.HTTPError as error:
             if error.code not in (301, 302, 303, 307, 308) or "Location" not in error.headers:
@@ -65,9 +127,13 @@ def _first_response(url):
             error.close()
         location = headers["Location"]
         if urllib.parse.urlsplit(location).netloc:  # to another host: the CDN
-            return urllib.request.urlopen(location, timeout=60), headers
+            _http_only(arch, location, via=url)
+            cdn = urllib.request.build_opener(_follow_http_only(arch))
+            return cdn.open(location, timeout=TIMEOUT_SECONDS), headers
         url = urllib.parse.urljoin(url, location)
-    raise ConnectionError(f"More than {_MAX_REDIRECTS} redirects within the hub from {url}.")
+    raise DownloadError(
+        f"More than {_MAX_REDIRECTS} redirects within the hub from {url}. " + _advice(arch)
+    )
 
 
 def _expected_digest(arch, url, headers):
@@ -78,7 +144,7 @@ def _expected_digest(arch, url, headers):
     linked = (headers.get("X-Linked-Etag") or "").strip().removeprefix("W/").strip('"')
     if re.fullmatch(r"[0-9a-fA-F]{64}", linked):
         return linked.lower(), "the sha256 the hub sent (X-Linked-Etag)"
-    raise OSError(
+    raise DownloadError(
         f"Cannot verify the ImageNet weights of {arch}: keras_cait pins no sha256 for them and "
         f"the server at {url} sent none (no X-Linked-Etag header on its first response, as "
         f"huggingface.co sends). Nothing was downloaded or cached. Download that file yourself, "
@@ -87,66 +153,210 @@ def _expected_digest(arch, url, headers):
     )
 
 
-def download(arch, destination):
-    """Downloads `arch`'s model.safetensors to `destination`, verified; returns the URL."""
+def _declared_size(arch, url, hub_headers, response, max_bytes):
+    """The size the server declares (None: none), refused when above `max_bytes`."""
+    declared = hub_headers.get("X-Linked-Size") or response.headers.get("Content-Length")
+    if declared is None:
+        return None
+    if not declared.strip().isdigit():
+        raise DownloadError(
+            f"The server at {url} declares the size {declared!r}, not a number of bytes. "
+            + _advice(arch)
+        )
+    if max_bytes is not None and int(declared) > max_bytes:
+        raise DownloadError(
+            f"The server at {url} declares {int(declared)} bytes for the ImageNet weights of "
+            f"{arch}, more than the {max_bytes} bytes they can take; nothing was downloaded. "
+            + _advice(arch)
+        )
+    return int(declared)
+
+
+def _copy_bounded(response, file, limit, sha256, progress):
+    """Copies at most `limit` + 1 bytes of `response` into `file`; returns how many came."""
+    received = 0
+    while chunk := response.read(min(_CHUNK, limit + 1 - received)):
+        file.write(chunk)
+        sha256.update(chunk)
+        received += len(chunk)
+        if progress:
+            progress.update(min(received, progress.target))
+    return received
+
+
+def download(arch, destination, max_bytes=None):
+    """Downloads `arch`'s model.safetensors to `destination`, verified; returns the URL.
+
+    Args:
+        arch: a key of `registry.CHECKPOINTS`.
+        destination: the file to write.
+        max_bytes: the most the file can hold; a server that declares more is
+            refused, and one that declares nothing is cut off after it.
+
+    Raises:
+        DownloadError: naming the URL and what to do, for every network error,
+            a non-http(s) URL or redirect, a silent server (`TIMEOUT_SECONDS`),
+            a body longer or shorter than declared, or a wrong sha256.
+    """
     url = registry.checkpoint_url(arch)
     try:
-        response, hub_headers = _first_response(url)
+        response, hub_headers = _first_response(arch, url)
+        with response:
+            digest, digest_source = _expected_digest(arch, url, hub_headers)
+            size = _declared_size(arch, url, hub_headers, response, max_bytes)
+            limit = size if size is not None else max_bytes
+            if limit is None:
+                raise DownloadError(
+                    f"The server at {url} declares no size and no bound was given. " + _advice(arch)
+                )
+            progress = keras.utils.Progbar(size, unit_name="B") if size else None
+            sha256 = hashlib.sha256()
+            with open(destination, "wb") as file:
+                received = _copy_bounded(response, file, limit, sha256, progress)
+    except DownloadError:
+        raise
     except urllib.error.HTTPError as error:
-        raise ConnectionError(
+        raise DownloadError(
             f"The server answered {error.code} {error.reason} for the ImageNet weights of {arch} "
             f"at {url}. If {registry.HUB_URL_ENV} is set, check that it points at a mirror of "
             f"{registry.HUB_URL}; or pass a local file: weights='/path/to/model.safetensors'."
         ) from error
-    except (urllib.error.URLError, OSError) as error:
-        raise ConnectionError(
-            f"Could not download the ImageNet weights of {arch} from {url} ({error}). "
-            f"Without network, fetch that file elsewhere and pass its path: "
-            f"weights='/path/to/model.safetensors' (or the official {registry.official_pth(arch)})."
+    except (OSError, http.client.HTTPException) as error:  # timeouts, resets, cut-off bodies
+        if isinstance(error, OSError) and error.filename == destination:
+            raise
+        received = os.path.getsize(destination) if os.path.exists(destination) else 0
+        raise DownloadError(
+            f"Could not download the ImageNet weights of {arch} from {url} "
+            f"({type(error).__name__}: {error or 'no reason given'}) after {received} bytes; "
+            f"nothing was cached. Try again later. " + _advice(arch)
         ) from error
-    with response:
-        digest, digest_source = _expected_digest(arch, url, hub_headers)
-        size = hub_headers.get("X-Linked-Size") or response.headers.get("Content-Length")
-        size = int(size) if size else None
-        progress = keras.utils.Progbar(size, unit_name="B") if size else None
-        sha256, received = hashlib.sha256(), 0
-        with open(destination, "wb") as file:
-            while chunk := response.read(_CHUNK):
-                file.write(chunk)
-                sha256.update(chunk)
-                received += len(chunk)
-                if progress:
-                    progress.update(received)
+    if received > limit:
+        raise DownloadError(
+            f"Download of {url} stopped: the server sent more than the {limit} bytes "
+            + ("it declared" if size is not None else f"the weights of {arch} can take")
+            + f". Nothing was cached. " + _advice(arch)
+        )
     if size is not None and received != size:
-        raise OSError(f"Download of {url} is incomplete: {received} of {size} bytes.")
+        raise DownloadError(
+            f"Download of {url} is incomplete: {received} of {size} bytes. Nothing was cached; "
+            "try again."
+        )
     if sha256.hexdigest() != digest:
-        raise OSError(
+        raise DownloadError(
             f"Download of {url} is corrupted: its sha256 is {sha256.hexdigest()}, "
             f"{digest_source} is {digest}. Nothing was cached; try again."
         )
     return url
 
 
+def size_bound(model):
+    """The most bytes a checkpoint of `model` takes: its float32 weights + 1 % (the header)."""
+    parameters = sum(int(keras.ops.size(weight)) for weight in model.weights)
+    return 4 * parameters * 101 // 100
+
+
 def _usable_cache(path):
-    """Whether the cached `path` opens as a complete HDF5 file; a broken one is removed."""
+    """Whether the cached `path` is a complete HDF5 file; anything else there is removed."""
     import h5py
 
-    try:
-        with h5py.File(path, "r") as file:
-            file.visititems(lambda name, item: None)
-        return True
-    except OSError as error:
-        warnings.warn(
-            f"The cached weights {path} are unreadable ({error}); removing them and "
-            "downloading again.",
-            stacklevel=3,
-        )
-        os.remove(path)
+    if not os.path.lexists(path):
         return False
+    if os.path.isfile(path):
+        try:
+            with h5py.File(path, "r") as file:
+                file.visititems(lambda name, item: None)
+            return True
+        except OSError as error:
+            problem = f"are unreadable ({error})"
+    else:
+        problem = "are not a file"
+    warnings.warn(
+        f"The cached weights {path} {problem}; removing them and downloading again.",
+        stacklevel=3,
+    )
+    remove_entry(path)
+    return False
+
+
+def remove_entry(path):
+    """Removes a cache entry, whatever it is (a file, a link, a folder)."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    else:
+        os.remove(path)
+
+
+def _lock_path(target):
+    directory, name = os.path.split(target)
+    return os.path.join(directory, f".{name}.lock")
+
+
+@contextlib.contextmanager
+def one_download_at_a_time(target):
+    """Holds the lock of the cache entry `target` (the file `.<name>.lock` beside it).
+
+    A second process waits here until the first is done; a killed holder's lock
+    is released by the kernel at once (flock), so it blocks no one. The holder
+    removes the file while it still holds it; a waiter that then gets the lock
+    of the removed file takes the lock again on the new one.
+    """
+    if fcntl is None:
+        yield
+        return
+    path = _lock_path(target)
+    told = False
+    while True:
+        handle = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            while True:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if not told:
+                        holder = os.pread(handle, 32, 0).decode(errors="replace").strip()
+                        print(f"Waiting for another process (pid {holder or '?'}) downloading "
+                              f"{os.path.basename(target)}...", file=sys.stderr, flush=True)
+                        told = True
+                    time.sleep(_LOCK_POLL_SECONDS)
+            with contextlib.suppress(FileNotFoundError):
+                if os.path.samestat(os.fstat(handle), os.stat(path)):
+                    break
+        except BaseException:
+            os.close(handle)
+            raise
+        os.close(handle)  # locked a file the previous holder had removed: lock the new one
+    try:
+        os.ftruncate(handle, 0)
+        os.pwrite(handle, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+        os.close(handle)
+
+
+def _writable_cache(directory, arch):
+    try:
+        os.makedirs(directory, exist_ok=True)
+        if not os.access(directory, os.W_OK):
+            raise PermissionError(13, "Permission denied", directory)
+    except PermissionError as error:
+        raise PermissionError(
+            error.errno,
+            f"The weights cache {directory} is not writable ({error.strerror}: "
+            f"{error.filename}). Set KERAS_HOME to a folder you can write, or pass a local "
+            f"file: weights='/path/to/model.safetensors' (the official "
+            f"{registry.official_pth(arch)}).",
+            directory,
+        ) from error
 
 
 def imagenet_weights(arch, build_reference_model):
     """Path of the cached Keras weights of `arch`, downloading and converting once.
+
+    An entry that is unreadable or not a file is removed and downloaded again
+    (one that does not fit its variant: `keras_cait.weights.load_imagenet_weights`).
 
     Args:
         arch: a key of `registry.CHECKPOINTS`, e.g. "cait_s24_224".
@@ -155,24 +365,27 @@ def imagenet_weights(arch, build_reference_model):
     """
     directory = cache_dir()
     target = os.path.join(directory, f"{arch}.{registry.TAG}.weights.h5")
-    if os.path.exists(target) and _usable_cache(target):
+    if _usable_cache(target):
         return target
-    os.makedirs(directory, exist_ok=True)
-    atomic.remove_stale_partials(directory)
-    # Temporary names keep the real suffix last: read_checkpoint goes by the suffix.
-    handle, downloaded = tempfile.mkstemp(
-        prefix=atomic.partial_prefix(arch), suffix=".safetensors", dir=directory
-    )
-    os.close(handle)
-    converted = downloaded.removesuffix(".safetensors") + ".weights.h5"
-    try:
-        url = download(arch, downloaded)
-        model = build_reference_model()
-        load_state_dict(model, read_checkpoint(downloaded), source=f"file downloaded from {url}")
-        model.save_weights(converted)
-        os.replace(converted, target)
-    finally:
-        for leftover in (downloaded, converted):
-            if os.path.exists(leftover):
-                os.remove(leftover)
+    _writable_cache(directory, arch)
+    with one_download_at_a_time(target):
+        if _usable_cache(target):  # another process filled it while this one waited
+            return target
+        atomic.remove_stale_partials(directory)
+        # Temporary names keep the real suffix last: read_checkpoint goes by the suffix.
+        handle, downloaded = tempfile.mkstemp(
+            prefix=atomic.partial_prefix(arch), suffix=".safetensors", dir=directory
+        )
+        os.close(handle)
+        converted = downloaded.removesuffix(".safetensors") + ".weights.h5"
+        try:
+            model = build_reference_model()
+            url = download(arch, downloaded, max_bytes=size_bound(model))
+            load_state_dict(model, read_checkpoint(downloaded), source=f"file downloaded from {url}")
+            model.save_weights(converted)
+            os.replace(converted, target)
+        finally:
+            for leftover in (downloaded, converted):
+                if os.path.exists(leftover):
+                    os.remove(leftover)
     return target
