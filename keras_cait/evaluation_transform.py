@@ -38,6 +38,7 @@ decoding, with INVALID_ARGUMENT.
 """
 
 import math
+import os
 
 import numpy as np
 import tensorflow as tf
@@ -59,34 +60,95 @@ def _big_endian(encoded, start, length):
     return tf.reduce_sum(data * (256 ** tf.range(length - 1, -1, -1, dtype=tf.int64)))
 
 
-def header_size(encoded):
-    """`(height, width)` int64 of a JPEG, PNG, GIF or BMP file, read from its header.
+@tf.function(input_signature=[tf.TensorSpec([], tf.string)], autograph=False)
+def gif_frames(encoded):
+    """`(frames, height, width)` int64 of a GIF: how many images it holds, and the largest
+    height and width of its logical screen and of every frame.
 
-    Where the header is too short to hold the size, returns (0, 0) and leaves
-    the error to the decoder.
+    The decoder allocates each frame at its own size, which may exceed the screen
+    (a 64×64 screen can hold a 12000×12000 frame), and keeps every frame; so the
+    blocks are walked, one step per block or data sub-block, before decoding. A
+    truncated file ends the walk and leaves the error to the decoder.
+    """
+    data = tf.cast(tf.io.decode_raw(encoded, tf.uint8), tf.int64)
+    size = tf.size(data, out_type=tf.int64)
+    data = tf.concat([data, tf.zeros([16], tf.int64)], 0)  # reads past the end see zeros
+
+    def byte(i):
+        return tf.gather(data, tf.minimum(tf.cast(i, tf.int64), size))
+
+    def uint16(i):
+        return byte(i) + 256 * byte(i + 1)
+
+    def color_table(flags):  # 3 · 2^(n+1) bytes where the flags say one follows
+        return tf.where(flags >= 128, 3 * tf.bitwise.left_shift(tf.constant(2, tf.int64), flags % 8), 0)
+
+    def step(position, in_data, frames, height, width):
+        value = byte(position)
+        image, extension = tf.equal(value, 0x2C), tf.equal(value, 0x21)
+        after_block = tf.where(
+            image, position + 11 + color_table(byte(position + 9)),  # descriptor, table, LZW size
+            tf.where(extension, position + 2, size),  # the trailer (or garbage) ends the walk
+        )
+        return (
+            tf.where(in_data, position + 1 + value, after_block),
+            tf.where(in_data, value > 0, image | extension),
+            frames + tf.cast(image & ~in_data, tf.int64),
+            tf.where(image & ~in_data, tf.maximum(height, uint16(position + 7)), height),
+            tf.where(image & ~in_data, tf.maximum(width, uint16(position + 5)), width),
+        )
+
+    _, _, frames, height, width = tf.while_loop(
+        lambda position, *_: position < size,
+        step,
+        (13 + color_table(byte(10)), tf.constant(False), tf.constant(0, tf.int64), uint16(8), uint16(6)),
+    )
+    return frames, height, width
+
+
+def decoded_size(encoded):
+    """`(frames, height, width)` int64 that decoding a JPEG, PNG, GIF, BMP or WebP file makes.
+
+    Read from the header; for a GIF, its frame count and the largest height and
+    width of its screen and frames (`gif_frames`), for the others one frame.
+    Where the header is too short to hold the size, the sides are 0 and the
+    error is left to the decoder.
     """
     encoded = tf.convert_to_tensor(encoded, tf.string)
     padded = encoded + tf.constant(b"\0" * 32)  # a truncated header reads as zeros
+    one = tf.constant(1, tf.int64)
 
     def starts_with(magic):
         return tf.equal(tf.strings.substr(encoded, 0, len(magic)), magic)
 
     def jpeg():
         shape = tf.io.extract_jpeg_shape(encoded, output_type=tf.int64)
-        return shape[0], shape[1]
+        return one, shape[0], shape[1]
 
     def png():  # IHDR: width, height as big-endian uint32 at bytes 16 and 20
-        return _big_endian(padded, 20, 4), _big_endian(padded, 16, 4)
+        return one, _big_endian(padded, 20, 4), _big_endian(padded, 16, 4)
 
-    def gif():  # logical screen: width, height as little-endian uint16 at bytes 6 and 8
-        return _little_endian(padded, 8, 2), _little_endian(padded, 6, 2)
+    def gif():
+        return gif_frames(encoded)
 
     def bmp():  # BITMAPINFOHEADER: width, height as little-endian int32 (height < 0: top-down)
         height = _little_endian(padded, 22, 4)
-        return tf.where(height >= 2**31, 2**32 - height, height), _little_endian(padded, 18, 4)
+        return one, tf.where(height >= 2**31, 2**32 - height, height), _little_endian(padded, 18, 4)
+
+    def webp():  # RIFF....WEBP, then a VP8 (lossy), VP8L (lossless) or VP8X (extended) chunk
+        chunk = tf.strings.substr(padded, 12, 4)
+        lossless = _little_endian(padded, 21, 4)
+        return tf.case([
+            (tf.equal(chunk, b"VP8 "), lambda: (one, _little_endian(padded, 28, 2) % 16384,
+                                                _little_endian(padded, 26, 2) % 16384)),
+            (tf.equal(chunk, b"VP8L"), lambda: (one, lossless // 16384 % 16384 + 1,
+                                                lossless % 16384 + 1)),
+            (tf.equal(chunk, b"VP8X"), lambda: (one, _little_endian(padded, 27, 3) + 1,
+                                                _little_endian(padded, 24, 3) + 1)),
+        ], default=unknown)
 
     def unknown():
-        return tf.constant(0, tf.int64), tf.constant(0, tf.int64)
+        return one, tf.constant(0, tf.int64), tf.constant(0, tf.int64)
 
     return tf.case(
         [
@@ -94,24 +156,39 @@ def header_size(encoded):
             (starts_with(b"\x89PNG"), png),
             (starts_with(b"GIF8"), gif),
             (starts_with(b"BM"), bmp),
+            (starts_with(b"RIFF") & tf.equal(tf.strings.substr(padded, 8, 4), b"WEBP"), webp),
         ],
         default=unknown,
         exclusive=False,
     )
 
 
+def header_size(encoded):
+    """`(height, width)` int64 of a JPEG, PNG, GIF, BMP or WebP file (`decoded_size`)."""
+    _, height, width = decoded_size(encoded)
+    return height, width
+
+
+def _too_large(frames, height, width):
+    """The refusal, as a string tensor: `The image is [N frames of ]HxW pixels; at most ...`."""
+    frames_text = tf.where(frames > 1, tf.strings.join([tf.strings.as_string(frames), " frames of "]), "")
+    return tf.strings.join(["The image is ", frames_text, tf.strings.as_string(height), "x",
+                            tf.strings.as_string(width), _TOO_LARGE])
+
+
 def decode_image(encoded):
-    """Encoded JPEG/PNG/GIF/BMP bytes -> `(H, W, 3)` uint8 RGB, as PIL decodes them.
+    """Encoded JPEG/PNG/GIF/BMP/WebP bytes -> `(H, W, 3)` uint8 RGB, as PIL decodes them.
 
     JPEG uses the accurate integer IDCT (PIL's); the first frame of a GIF is
-    kept. An image of more than `MAX_PIXELS` pixels fails with
-    INVALID_ARGUMENT before it is decoded.
+    kept. A 16-bit PNG is reduced to 8 bits per channel (the high byte of each
+    value), where PIL's `convert("RGB")` clips 16-bit grayscale at 255: convert
+    such files yourself if you need PIL's result. A file whose frames hold more
+    than `MAX_PIXELS` pixels in all (every GIF frame at its real size) fails
+    with INVALID_ARGUMENT before it is decoded.
     """
-    height, width = header_size(encoded)
+    frames, height, width = decoded_size(encoded)
     check = tf.debugging.Assert(
-        height * width <= MAX_PIXELS,
-        [tf.strings.join(["The image is ", tf.strings.as_string(height), "x", tf.strings.as_string(width), _TOO_LARGE])],
-        summarize=1,
+        frames * height * width <= MAX_PIXELS, [_too_large(frames, height, width)], summarize=1
     )
     with tf.control_dependencies([check]):
         image = tf.cond(
@@ -202,10 +279,13 @@ def load_image(path, image_size=224, crop_pct=1.0):
     See `keras_cait.preprocessing.load_image`.
     """
     try:
+        if os.path.isdir(path):
+            raise ValueError(f"Image {str(path)!r} is a folder; pass an image file ({IMAGE_FORMATS}).")
         encoded = tf.io.read_file(str(path))
-        height, width = (int(side) for side in header_size(encoded))
-        if height * width > MAX_PIXELS:
-            raise ValueError(f"Image {str(path)!r} is {height}x{width}{_TOO_LARGE}")
+        frames, height, width = (int(side) for side in decoded_size(encoded))
+        if frames * height * width > MAX_PIXELS:
+            message = _too_large(frames, height, width).numpy().decode()
+            raise ValueError(message.replace("The image", f"Image {str(path)!r}", 1))
         return evaluation_transform(decode_image(encoded), image_size, crop_pct).numpy()
     except tf.errors.NotFoundError as error:
         raise FileNotFoundError(f"Image {str(path)!r} does not exist.") from error

@@ -37,12 +37,16 @@ def load_image(path, image_size=224, crop_pct=1.0):
     SavedModel's `serving_bytes` signature and in `keras-cait evaluate`.
 
     Args:
-        path: a JPEG, PNG, GIF or BMP file.
+        path: a JPEG, PNG, GIF or BMP file (a GIF's first frame is read; WebP, which
+            TensorFlow also decodes, is read under the same pixel limit).
         image_size: the model's input side, e.g. 224, or its (height, width).
         crop_pct: the fraction of the resized image kept (CaiT: 1.0; DeiT: 0.875).
 
-    Raises FileNotFoundError for a missing file and ValueError for one that is
-    no image.
+    Raises FileNotFoundError for a missing file, and ValueError for a folder, a
+    file that is no image, or one whose frames hold more than 89,478,485 pixels
+    (`keras_cait.evaluation_transform.MAX_PIXELS`, checked before decoding; every
+    GIF frame counts at its real size). 16-bit PNGs are reduced to 8 bits
+    (`keras_cait.evaluation_transform.decode_image`).
 
     Example:
         >>> model = keras_cait.CaiT_S24(weights="imagenet")

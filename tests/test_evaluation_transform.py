@@ -1,6 +1,7 @@
 """keras_cait.evaluation_transform against timm's evaluation transform for CaiT's checkpoints."""
 
 import io
+import struct
 
 import numpy as np
 import pytest
@@ -11,11 +12,12 @@ from keras_cait.evaluation_transform import (
     MAX_PIXELS,
     crop_geometry,
     decode_image,
+    decoded_size,
     evaluation_transform,
     header_size,
 )
 from keras_cait.preprocessing import load_image
-from tests.export.helpers import png_header
+from tests.export.helpers import gif_of_frames, png_header
 
 # (size, crop_pct): CaiT's 224 and 1.0, DeiT's 0.875, a small side, and non-square targets
 # in both orientations (timm keeps the aspect ratio and crops the centre).
@@ -146,3 +148,59 @@ def test_load_image_errors_name_the_file(tmp_path):
         load_image(tmp_path / "bomb.png")
     with pytest.raises(ValueError, match=r"crop_pct=1.5: must be in \(0, 1\]"):
         crop_geometry(10, 10, 224, crop_pct=1.5)
+
+
+def webp_of(sides, lossless):
+    encoded = io.BytesIO()
+    Image.new("RGB", sides[::-1], (10, 20, 30)).save(encoded, "WEBP", lossless=lossless)
+    return encoded.getvalue()
+
+
+def test_every_gif_frame_counts_at_its_real_size():
+    assert [int(x) for x in decoded_size(gif_of_frames(3))] == [3, 64, 64]
+    assert [int(x) for x in decoded_size(gif_of_frames(1, (70, 65)))] == [1, 70, 65]
+    # A 64×64 screen holding a 9500×9500 frame (the decoder allocates the frame's size).
+    with pytest.raises(tf.errors.InvalidArgumentError, match="2 frames of 9500x9500 pixels; at most"):
+        decode_image(gif_of_frames(2, (9500, 9500)))
+    # 22,000 frames of 64×64: 90 million pixels from a few hundred KB.
+    with pytest.raises(tf.errors.InvalidArgumentError, match="22000 frames of 64x64 pixels; at most"):
+        decode_image(gif_of_frames(22_000))
+
+
+@pytest.mark.parametrize("lossless", [False, True], ids=["lossy", "lossless"])
+def test_webp_and_bmp_sizes_are_read_before_decoding(lossless):
+    assert [int(x) for x in header_size(webp_of((37, 51), lossless))] == [37, 51]
+    assert decode_image(webp_of((37, 51), lossless)).shape == (37, 51, 3)
+    webp = bytearray(webp_of((37, 51), lossless))
+    if lossless:  # VP8L: 14-bit width - 1 and height - 1 after the signature byte 0x2f
+        webp[21:25] = struct.pack("<I", (9499 << 14) | 9499 | (int.from_bytes(webp[21:25], "little") & ~((1 << 28) - 1)))
+    else:  # VP8: 14-bit width and height after the key frame's start code
+        webp[26:30] = struct.pack("<HH", 9500, 9500)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="9500x9500 pixels; at most"):
+        decode_image(bytes(webp))
+
+    bmp = io.BytesIO()
+    Image.new("RGB", (51, 37)).save(bmp, "BMP")
+    bomb = bytearray(bmp.getvalue())
+    bomb[18:26] = struct.pack("<ii", 10_000, -10_000)  # top-down: a negative height
+    with pytest.raises(tf.errors.InvalidArgumentError, match="10000x10000 pixels; at most"):
+        decode_image(bytes(bomb))
+
+
+def test_load_image_refuses_frame_bombs_and_folders_with_value_error(tmp_path):
+    (tmp_path / "bomb.gif").write_bytes(gif_of_frames(2, (12_000, 12_000)))
+    with pytest.raises(ValueError, match=r"bomb.gif' is 2 frames of 12000x12000 pixels; at most"):
+        load_image(tmp_path / "bomb.gif", 32)
+    (tmp_path / "folder.jpg").mkdir()
+    with pytest.raises(ValueError, match=r"folder.jpg' is a folder; pass an image file"):
+        load_image(tmp_path / "folder.jpg", 32)
+
+
+def test_a_16_bit_png_keeps_the_high_byte_of_each_value():
+    values = (np.arange(32 * 32).reshape(32, 32) * 61 % 65536).astype(np.uint16)
+    encoded = io.BytesIO()
+    Image.fromarray(values).save(encoded, "PNG")
+
+    decoded = decode_image(encoded.getvalue()).numpy()
+
+    np.testing.assert_array_equal(decoded, np.repeat((values >> 8)[..., None], 3, axis=-1))

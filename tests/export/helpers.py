@@ -196,3 +196,16 @@ def png_header(width, height):
     """A PNG signature and IHDR chunk (no pixel data) claiming `width` × `height` RGB pixels."""
     ihdr = b"IHDR" + struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
     return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + ihdr + struct.pack(">I", zlib.crc32(ihdr))
+
+
+def gif_of_frames(frames, sides=(64, 64)):
+    """A GIF with a 64×64 screen and `frames` frames; `sides` (height, width) of the last one,
+    as its image descriptor declares (its pixel data stays 64×64's: it is never decoded)."""
+    encoded = io.BytesIO()
+    Image.new("P", (64, 64), 1).save(encoded, "GIF")
+    data = encoded.getvalue()
+    start = 13 + (3 << ((data[10] & 7) + 1) if data[10] & 0x80 else 0)  # after the colour table
+    assert data[start] == 0x2C, "PIL wrote something before the image descriptor"
+    frame = data[start:-1]
+    last = frame[:5] + struct.pack("<HH", sides[1], sides[0]) + frame[9:]
+    return data[:start] + frame * (frames - 1) + last + b";"

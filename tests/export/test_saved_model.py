@@ -19,6 +19,7 @@ from tests.export.helpers import (
     SIDE,
     SIGNATURE_OUTPUTS,
     encode,
+    gif_of_frames,
     photo,
     png_header,
     run_in_fresh_process,
@@ -170,6 +171,10 @@ BAD_INPUTS = {
     "decompression bomb": (
         "serving_bytes", "image_bytes", np.array([PNG, png_header(20_000, 9_000)], object),
         ["9000x20000 pixels; at most 89,478,485"],
+    ),
+    "GIF frame bomb": (  # a 64×64 screen holding a 12000×12000 frame
+        "serving_bytes", "image_bytes", np.array([gif_of_frames(2, (12_000, 12_000))], object),
+        ["2 frames of 12000x12000 pixels; at most 89,478,485"],
     ),
 }
 
