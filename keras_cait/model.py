@@ -246,19 +246,27 @@ def check_input_shape(input_shape, patch_size):
 
 
 def check_images(images, input_shape, model_name):
-    """Raises a ValueError unless `images` fit `input_shape` `(batch, H, W, C)`.
+    """Raises a ValueError unless `images` fit `input_shape` `(batch, H, W, C)`; TypeError for text.
 
     Reads the static shape only (numpy arrays, tensors, traced or symbolic
-    tensors), so it adds nothing to a compiled graph; a dimension unknown until
-    run time is left to the model.
+    tensors), so it adds nothing to a compiled graph. Returns whether the
+    static shape settles it: False when the rank, height, width or channels are
+    unknown until run time (`CaiTModel.__call__` then checks in the graph).
     """
+    dtype = str(getattr(images, "dtype", ""))
+    if dtype == "object" or "str" in dtype or dtype.startswith(("<U", "|S", "<S")):
+        raise TypeError(
+            f"images of dtype {dtype}: {model_name} takes pixels as numbers (uint8 or float, "
+            "0..255), not file names or encoded bytes; read files with "
+            "keras_cait.preprocessing.load_image(path, image_size) first."
+        )
     shape = getattr(images, "shape", None)
     try:
         shape = None if shape is None else tuple(None if d is None else int(d) for d in shape)
     except (TypeError, ValueError):  # unknown rank: nothing known to check
-        return
+        return False
     if shape is None:
-        return
+        return True
     expected = tuple(input_shape)[1:]
     height, width, channels = expected
     takes = f"{model_name} takes images of shape (batch, {height}, {width}, {channels})"
@@ -288,6 +296,17 @@ def check_images(images, input_shape, model_name):
             f"(e.g. keras.layers.Resizing({height}, {width}, crop_to_aspect_ratio=True)), or "
             f"build the model with input_shape=({shape[1]}, {shape[2]}, {channels})."
         )
+    return None not in shape[1:]
+
+
+def _open_graph_tensor(images):
+    """Whether `images` is a TensorFlow graph tensor (the one place a shape is left open)."""
+    return (
+        keras.backend.backend() == "tensorflow"
+        and not isinstance(images, keras.KerasTensor)
+        and ops.is_tensor(images)
+        and not hasattr(images, "numpy")  # eager tensors have a known shape
+    )
 
 
 @keras.saving.register_keras_serializable(package="keras_cait")
@@ -301,7 +320,9 @@ class CaiTModel(keras.Model):
       (rank 3) end in an unknown-shape error, and `predict` of 0 images fail
       inside Keras. This check names the shape it got, the one the model takes
       and the fix, for `model(images)`, `predict` and the model called as a
-      layer (`check_images`: static shapes, no graph ops).
+      layer (`check_images`: static shapes, no graph ops; where a TensorFlow
+      graph leaves height, width or channels unknown, an assert in the graph,
+      `keras_cait.runtime_checks`).
     - `predict` skips Keras' data pipeline for one small batch.
       `keras.Model.predict` builds a data adapter, a dataset and an iterator on
       every call, which at batch 1 costs more than the forward pass of a small
@@ -317,7 +338,15 @@ class CaiTModel(keras.Model):
     """
 
     def __call__(self, *args, **kwargs):
-        check_images(args[0] if args else kwargs.get("inputs"), self.inputs[0].shape, self.name)
+        images = args[0] if args else kwargs.get("inputs")
+        if not check_images(images, self.inputs[0].shape, self.name) and _open_graph_tensor(images):
+            from keras_cait.runtime_checks import checked_images
+
+            height, width, channels = tuple(self.inputs[0].shape)[1:]
+            images = checked_images(images, (height, width, channels), (
+                f"{self.name} takes images of shape (batch, {height}, {width}, {channels})"
+            ))
+            args, kwargs = ((images, *args[1:]), kwargs) if args else (args, {**kwargs, "inputs": images})
         return super().__call__(*args, **kwargs)
 
     def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None):

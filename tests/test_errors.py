@@ -7,6 +7,7 @@ Apart from the one about the network, every error must come before any download:
 import os
 import socket
 
+import numpy as np
 import pytest
 
 import keras_cait
@@ -217,3 +218,40 @@ def test_images_with_other_channels_than_a_non_rgb_model_are_refused(tiny_cait):
                                          r"2-channel images, or build the model with "
                                          r"input_shape=\(32, 32, 3\) and include_preprocessing=False"):
         model.predict(np.zeros((1, 32, 32, 3)), verbose=0)
+
+
+@pytest.mark.parametrize("images, spec", [
+    ((1, 16, 64, 3), (None, None, None, 3)),  # as many patches as 32×32
+    ((1, 32, 32, 1), (None, None, None, None)),
+], ids=["16x64", "one_channel"])
+def test_a_shape_left_open_until_run_time_is_checked_in_the_graph(tiny_cait, images, spec):
+    import re
+
+    import numpy as np
+    import tensorflow as tf
+
+    model = tiny_cait()
+    right = np.random.default_rng(0).uniform(0, 255, (2, 32, 32, 3)).astype("float32")
+
+    def pipeline(*batches):
+        return tf.data.Dataset.from_generator(
+            lambda: iter(batches), output_signature=tf.TensorSpec(spec, tf.float32)
+        )
+
+    # The second batch's shape differs from the first's: Keras traces predict again with the
+    # shape relaxed to the spec's, and the static check sees (None, None, None, ...).
+    shown = ", ".join(str(side) for side in images)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(f"images of shape [{shown}]: ")):
+        model.predict(pipeline(right, np.zeros(images, "float32"), right[:1]), verbose=0)
+    np.testing.assert_allclose(
+        model.predict(pipeline(right, right[:1]), verbose=0),
+        model.predict(np.concatenate([right, right[:1]]), verbose=0), rtol=1e-5, atol=1e-7,
+    )
+
+
+@pytest.mark.parametrize("images", [
+    np.array([["cat.jpg"]]), np.array([b"\x89PNG"], dtype=object),
+], ids=["file_names", "encoded_bytes"])
+def test_text_given_to_predict_is_a_type_error_with_the_fix(tiny_cait, images):
+    with pytest.raises(TypeError, match="takes pixels as numbers .*load_image"):
+        tiny_cait().predict(images, verbose=0)
