@@ -44,6 +44,23 @@ def distillation_term(student, teacher, distillation_type, tau=1.0,
     return divergence * (tau * tau) / ops.cast(ops.size(log_student), "float32")
 
 
+def _classes(model):
+    """The number of class scores `model` gives, where its output shape says so (else None)."""
+    try:
+        return model.outputs[0].shape[-1]
+    except (AttributeError, IndexError, TypeError, ValueError):  # e.g. a subclassed, unbuilt model
+        return None
+
+
+def _check_same_classes(student, teacher):
+    if student is not None and teacher is not None and student != teacher:
+        raise ValueError(
+            f"The teacher gives {teacher} class scores and the student {student}: distillation "
+            "compares them class by class. Give a teacher for the same classes (e.g. fine-tune "
+            f"its head to these {student} classes first), or distillation_type='none'."
+        )
+
+
 class Distiller(keras.Model):
     """Trains `student` with DeiT's distillation from a frozen `teacher`, from `model.fit`.
 
@@ -84,6 +101,7 @@ class Distiller(keras.Model):
             raise ValueError(
                 f"alpha={alpha}, tau={tau}: need 0 <= alpha <= 1 and tau > 0, e.g. 0.5 and 1.0."
             )
+        _check_same_classes(_classes(student), _classes(teacher))
         self.student = student
         self.teacher = teacher
         self.teacher.trainable = False
@@ -103,6 +121,7 @@ class Distiller(keras.Model):
             return base  # DeiT evaluates with the plain cross-entropy
         teacher_inputs = x if self.teacher_preprocessing is None else self.teacher_preprocessing(x)
         teacher = ops.stop_gradient(self.teacher(teacher_inputs, training=False))
+        _check_same_classes(y_pred.shape[-1], teacher.shape[-1])  # a teacher of unknown output
         term = distillation_term(
             y_pred, teacher, self.distillation_type, self.tau,
             self.student_from_logits, self.teacher_from_logits,

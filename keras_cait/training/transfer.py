@@ -1,5 +1,7 @@
 """Transfer learning: a new head, freezing the backbone, fine-tuning at another resolution."""
 
+import numbers
+
 import keras
 
 from keras_cait.layers import PatchEmbedding, PositionEmbedding
@@ -72,6 +74,17 @@ def at_resolution(model, image_size):
     patch_size = next(
         layer.patch_size for layer in model.layers if isinstance(layer, PatchEmbedding)
     )
+    if isinstance(image_size, bool) or not isinstance(image_size, numbers.Integral) or image_size <= 0:
+        raise ValueError(
+            f"image_size={image_size!r}: must be a positive integer multiple of the patch size "
+            f"{patch_size}, e.g. 384."
+        )
+    if any(weight.path.endswith("/lora_kernel_a") for weight in model.weights):  # enable_lora's
+        raise ValueError(
+            f"at_resolution({model.name!r}, {image_size}): the model has LoRA weights, which are "
+            "not carried over. Merge them first: at_resolution(merge_lora(model), "
+            f"{image_size}), then enable_lora on the result if training goes on."
+        )
     if image_size % patch_size:
         raise ValueError(
             f"image_size={image_size}: must be a multiple of the patch size {patch_size}, "

@@ -122,3 +122,11 @@ def test_bad_settings_are_explained():
         Distiller(passthrough(), passthrough(), "medium")
     with pytest.raises(ValueError, match="alpha=1.5"):
         Distiller(passthrough(), passthrough(), "soft", alpha=1.5)
+
+
+@pytest.mark.parametrize("teacher_classes", [10, 3])
+def test_a_teacher_of_another_class_count_is_refused_naming_both(tiny_cait, teacher_classes):
+    student = tiny_cait(classes=5)
+
+    with pytest.raises(ValueError, match=f"teacher gives {teacher_classes} class scores and the student 5"):
+        Distiller(student, tiny_cait(classes=teacher_classes), "soft")

@@ -97,3 +97,20 @@ def test_transfer_to_new_classes_of_a_real_image_folder(tiny_cait, digits, tmp_p
     evaluation = stream.evaluation_dataset(held_out, 16, 64, one_hot=True)
     accuracy = model.evaluate(evaluation, verbose=0, return_dict=True)["accuracy"]
     assert accuracy > 0.6  # 5 classes: chance is 0.2
+
+
+@pytest.mark.parametrize("image_size", [-16, 0, 48.0, True, "64"])
+def test_at_resolution_names_a_size_that_is_not_a_positive_integer(tiny_cait, image_size):
+    with pytest.raises(ValueError, match=f"image_size={image_size!r}: must be a positive integer"):
+        at_resolution(tiny_cait(), image_size)
+
+
+def test_at_resolution_of_a_lora_model_says_to_merge_first(tiny_cait):
+    from keras_cait.training import enable_lora, merge_lora
+
+    model = tiny_cait()
+    enable_lora(model, rank=2)
+
+    with pytest.raises(ValueError, match=r"has LoRA weights.*at_resolution\(merge_lora\(model\), 64\)"):
+        at_resolution(model, 64)
+    assert at_resolution(merge_lora(model), 64).input_shape == (None, 64, 64, 3)
