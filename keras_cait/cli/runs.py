@@ -347,6 +347,35 @@ def _fitted(model, args, teacher):
                      args.distillation_tau, teacher_from_logits=not softmax)
 
 
+def _data_plan(args, train):
+    """What a rerun in the same --output-dir must share with the run it resumes, besides the schedule."""
+    data = args.data if ":" in args.data else os.path.abspath(args.data)  # tfrecord:, tfds: as given
+    return {"data": data, "classes": train.num_classes, "image size": args.image_size}
+
+
+def _head_is_trained(head_weights, plan):
+    """Whether `head_weights` holds the head of this `plan`; a head of another plan is refused.
+
+    The plan is recorded beside it (`head.plan.json`), before the weights are put in place.
+    """
+    if not os.path.exists(head_weights):
+        return False
+    try:
+        with open(head_weights.removesuffix(".weights.h5") + ".plan.json") as file:
+            saved = json.load(file)
+    except FileNotFoundError:  # a run from before plans were recorded
+        return True
+    changed = {key: (saved[key], value) for key, value in plan.items() if saved.get(key, value) != value}
+    if changed:
+        differences = "; ".join(f"{key} {old} then, {new} now" for key, (old, new) in changed.items())
+        raise ValueError(
+            f"{head_weights} is the head of a run with another plan ({differences}), so this run "
+            "would go on from it. Rerun with that run's settings to resume it, or delete the "
+            f"folder to start over: rm -r {os.path.dirname(head_weights)}"
+        )
+    return True
+
+
 def _train(model, args, train, validation, distribution, epochs, output_dir, backup_name, seed):
     """One resumable `fit` of `epochs` epochs; returns its History (None if already done)."""
     global_batch = distribution.global_batch_size(args.batch_size)
@@ -368,7 +397,7 @@ def _train(model, args, train, validation, distribution, epochs, output_dir, bac
     history = resume.fit(
         model, stream_from, epochs, steps, backup=backup, callbacks=callbacks,
         validation_data=validation, verbose=args.verbose,
-        plan={"global batch size": global_batch},
+        plan={**_data_plan(args, train), "global batch size": global_batch},
     )
     with contextlib.suppress(OSError):  # the backups' folder, once no run needs it
         os.rmdir(os.path.dirname(backup.backup_dir))
@@ -523,7 +552,9 @@ def finetune_run(args):
     if args.head_epochs:
         print(f"Stage 1 of 2: the new head alone, backbone frozen, {args.head_epochs} epoch(s)",
               flush=True)
-        if os.path.exists(head_weights):
+        head_plan = {**_data_plan(args, train), "head epochs": args.head_epochs,
+                     "global batch size": global_batch}
+        if _head_is_trained(head_weights, head_plan):
             model.load_weights(head_weights)
         else:
             transfer.set_backbone_trainable(model, False)
@@ -532,6 +563,9 @@ def finetune_run(args):
             _train(model, args, train, validation, distribution, args.head_epochs,
                    output_dir, "head", args.seed)
             model.optimizer = None
+            with written_atomically(head_weights.removesuffix(".weights.h5") + ".plan.json") as partial:
+                with open(partial, "w") as file:
+                    json.dump(head_plan, file)
             with written_atomically(head_weights) as partial:
                 model.save_weights(partial)
     if args.epochs:

@@ -271,3 +271,24 @@ def test_a_rerun_with_another_batch_size_is_refused_naming_it(tiny_cait, digits,
     assert (f"another plan (steps per epoch {STEPS_PER_EPOCH} then, {90 // 4} now; "
             "global batch size 8 then, 4 now)") in output
     assert json.loads((tmp_path / "run" / "backup" / "full" / "latest.json").read_text())["step"] == 3
+
+
+def test_a_finetune_rerun_with_other_data_classes_or_head_epochs_is_refused(tiny_cait, digits, tmp_path):
+    first_data = digits(tmp_path / "a", per_class=10)
+    other_data = digits(tmp_path / "b", per_class=10, classes=range(3))
+    model_path = str(tmp_path / "pretrained.keras")
+    tiny_cait(classes=10).save(model_path)
+    run = tmp_path / "run"
+    first = finetune(model_path, first_data, str(run), "--head-epochs", "1", "--epochs", "0")
+    assert first.wait(timeout=300) == 0, first.communicate()[0]
+    head, final = (run / "head.weights.h5").read_bytes(), (run / "final.keras").read_bytes()
+
+    rerun = finetune(model_path, other_data, str(run), "--head-epochs", "3", "--epochs", "0")
+    output, _ = rerun.communicate(timeout=300)
+
+    assert rerun.returncode != 0
+    assert (f"another plan (data {first_data} then, {other_data} now; classes 10 then, 3 now; "
+            "head epochs 1 then, 3 now)") in output
+    assert f"rm -r {run}" in output
+    assert (run / "head.weights.h5").read_bytes() == head
+    assert (run / "final.keras").read_bytes() == final
