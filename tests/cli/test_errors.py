@@ -115,3 +115,12 @@ def test_finetune_writes_models_without_optimizer_state_that_load_silently(
         assert model.input_shape == (None, 32, 32, 3)  # the .keras model's own size
         weights_bytes = sum(np.asarray(w).nbytes for w in model.weights)
         assert path.stat().st_size < 1.5 * weights_bytes  # an AdamW state would triple it
+
+
+def test_predict_of_a_gif_frame_bomb_is_one_line_before_any_decoding(tmp_path):
+    from tests.export.helpers import gif_of_frames
+
+    bomb = tmp_path / "bomb.gif"  # a 64×64 screen holding a 12000×12000 frame
+    bomb.write_bytes(gif_of_frames(2, (12_000, 12_000)))
+    message = one_line_error(["predict", str(bomb), "--weights", "none", "--model", "cait_xxs24_224"])
+    assert message.startswith(f"keras-cait predict: Image {str(bomb)!r} is 2 frames of 12000x12000 pixels")
