@@ -4,7 +4,10 @@ import collections
 import os
 import warnings
 
-from keras_cait.weights.convert import check_finite, load_state_dict, read_checkpoint, timm_key_map
+import keras
+import numpy as np
+
+from keras_cait.weights.convert import load_state_dict, nonfinite_error, read_checkpoint, timm_key_map
 from keras_cait.weights.download import DownloadError, cache_dir, imagenet_weights, remove_entry
 from keras_cait.weights.registry import CHECKPOINTS
 
@@ -57,14 +60,23 @@ def _check_keras_weights_fit(model, path):
         )
 
 
-def _h5_tensors(path):
+def _nonfinite_keras_weights(model, path):
+    """The model's weights that loading `path` would make NaN or inf; `model` is left as it was."""
     import h5py
 
+    datasets = []
     with h5py.File(path, "r") as file:
-        datasets = []
-        file.visititems(lambda name, item: datasets.append(name) if hasattr(item, "shape") else None)
-        for name in datasets:
-            yield name, file[name][()]
+        file.visititems(lambda name, item: datasets.append(item[()]) if hasattr(item, "shape") else None)
+    if all(np.isfinite(data).all() for data in datasets):
+        return []
+    # Keras names the file's tensors by layer class; load them to name them by the model's paths.
+    kept = [keras.ops.convert_to_numpy(weight) for weight in model.weights]
+    model.load_weights(path)
+    names = [weight.path for weight in model.weights
+             if not np.isfinite(keras.ops.convert_to_numpy(weight)).all()]
+    for weight, value in zip(model.weights, kept):
+        weight.assign(value)
+    return names
 
 
 def load_weights_file(model, path, allow_nonfinite=False):
@@ -77,7 +89,9 @@ def load_weights_file(model, path, allow_nonfinite=False):
         raise FileNotFoundError(f"weights={path!r}: no such file.")
     if path.endswith(".weights.h5"):
         _check_keras_weights_fit(model, path)
-        check_finite(_h5_tensors(path), f"weights file {path}", allow_nonfinite)
+        nonfinite = [] if allow_nonfinite else _nonfinite_keras_weights(model, path)
+        if nonfinite:
+            raise nonfinite_error(nonfinite, f"weights file {path}")
         model.load_weights(path)
     else:
         load_state_dict(model, read_checkpoint(path), source=f"checkpoint {path}",

@@ -86,19 +86,14 @@ def _describe(keys, limit=8):
     return shown + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
 
 
-def check_finite(named_arrays, source, allow_nonfinite=False):
-    """Raises ValueError naming the tensors of `named_arrays` ((name, array) pairs) that hold
-    NaN or inf: a model with one of them predicts NaN for every image."""
-    if allow_nonfinite:
-        return
-    bad = [name for name, array in named_arrays if not np.isfinite(array).all()]
-    if bad:
-        raise ValueError(
-            f"The {source} holds NaN or inf in {len(bad)} tensor(s): {_describe(bad)}. "
-            "Every prediction would be NaN; the file is damaged or from a diverged training run. "
-            "Pass another file, or load it anyway with "
-            "keras_cait.weights.load_weights_file(model, path, allow_nonfinite=True)."
-        )
+def nonfinite_error(names, source):
+    """The refusal of weights holding NaN or inf in the tensors `names`."""
+    return ValueError(
+        f"The {source} holds NaN or inf in {len(names)} tensor(s): {_describe(names)}. "
+        "Every prediction would be NaN; the file is damaged or from a diverged training run. "
+        "Pass another file, or load it anyway with "
+        "keras_cait.weights.load_weights_file(model, path, allow_nonfinite=True)."
+    )
 
 
 def load_state_dict(model, state_dict, source="checkpoint", allow_nonfinite=False):
@@ -147,7 +142,9 @@ def load_state_dict(model, state_dict, source="checkpoint", allow_nonfinite=Fals
             f"{model.get_layer('final_norm').gamma.shape[0]}): " + "; ".join(problems)
             + ". Is it a checkpoint of another CaiT variant?"
         )
-    check_finite(((key, value) for key, (_, value) in values.items()), source, allow_nonfinite)
+    nonfinite = [key for key, (_, value) in values.items() if not np.isfinite(value).all()]
+    if nonfinite and not allow_nonfinite:
+        raise nonfinite_error(nonfinite, source)
     for variable, value in values.values():
         variable.assign(value)
 
