@@ -177,7 +177,9 @@ def weights_errors(weights, flag="--weights"):
         raise fail(f"{error} Or --weights none for random weights.") from error
     except OSError as error:
         where = _named(flag, weights, error)
-        if error.filename is not None and os.path.abspath(os.fsdecode(error.filename)).startswith(cache_dir()):
+        keras_home = os.path.dirname(os.path.dirname(cache_dir()))  # KERAS_HOME/models/keras_cait
+        path = os.path.abspath(os.fsdecode(error.filename)) if error.filename is not None else ""
+        if path == keras_home or path.startswith(keras_home + os.sep):
             raise fail(where + os_error_line(
                 error, "set KERAS_HOME to a folder you can write (the weights are cached in "
                        "KERAS_HOME/models), or download the checkpoint elsewhere and pass it: "

@@ -17,7 +17,6 @@ import dataclasses
 import os
 import pwd
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile
@@ -354,12 +353,15 @@ def test_the_failure_is_a_system_exit_whose_text_is_the_line(tmp_path, capfd):
     assert str(ended.value) == capfd.readouterr().err.rstrip("\n")
 
 
-def _console(argv, cwd, env=None, user=None, timeout=300):
+def _console(argv, cwd, env=None, timeout=300):
     """`python -m keras_cait.cli ARGV` as a user runs it: (status, stdout, stderr)."""
+    return _python(["-m", "keras_cait.cli", *argv], cwd, env, timeout)
+
+
+def _python(arguments, cwd, env=None, timeout=300):
     environment = {**os.environ, "PYTHONPATH": REPOSITORY, "TF_CPP_MIN_LOG_LEVEL": "3", **(env or {})}
-    done = subprocess.run([sys.executable, "-m", "keras_cait.cli", *argv], cwd=cwd, env=environment,
-                          capture_output=True, text=True, timeout=timeout, user=user,
-                          group=None if user is None else pwd.getpwuid(user).pw_gid)
+    done = subprocess.run([sys.executable, *arguments], cwd=cwd, env=environment,
+                          capture_output=True, text=True, timeout=timeout)
     return done.returncode, done.stdout, done.stderr
 
 
@@ -404,6 +406,21 @@ PERMISSION_ROWS = {
 }
 
 
+# The interpreter may live where only root can read (/root/.pyenv): the command's modules are
+# imported first, then the process becomes the user for good, and `keras-cait` runs as that user.
+AS_USER = """
+import os, sys
+from keras_cait.cli import commands, demo, runs
+import keras_cait.attention, keras_cait.export, keras_cait.visualize, keras_cait.weights.download
+uid, gid = int(sys.argv[1]), int(sys.argv[2])
+if uid != os.geteuid():
+    os.setgroups([])
+    os.setgid(gid)
+    os.setuid(uid)
+commands.main(sys.argv[3:])
+"""
+
+
 @pytest.fixture(scope="module")
 def other_user():
     uid, why = _other_user()
@@ -412,12 +429,16 @@ def other_user():
     return uid
 
 
+def compared(root):
+    return {path: size for path, size in tree(root).items() if path.split(os.sep)[0] != "home"}
+
+
 @pytest.mark.parametrize("name", list(PERMISSION_ROWS))
-def test_permission_row(name, other_user, tmp_path_factory):
+def test_permission_row(name, other_user):
     """As a user without the permission: the folder is refused before any model is built
     (export would otherwise trace the model for about 10 s first)."""
     row = PERMISSION_ROWS[name]
-    root = tempfile.mkdtemp(prefix="keras-cait-permission-", dir=tmp_path_factory.getbasetemp())
+    root = tempfile.mkdtemp(prefix="keras-cait-permission-")  # in /tmp, which every user may enter
     try:
         paths = make_workspace(os.path.join(root, "row"))
         paths["checkpoint"] = paths["garbage"] + ".safetensors"
@@ -435,20 +456,20 @@ def test_permission_row(name, other_user, tmp_path_factory):
         if other_user == os.geteuid():  # not root: take the permissions away from ourselves
             os.chmod(paths["locked"], 0o555)
             os.chmod(paths["unreadable"], 0o000)
-        os.chmod(os.path.dirname(root), os.stat(os.path.dirname(root)).st_mode | stat.S_IXOTH)
-        os.chmod(tmp_path_factory.getbasetemp().parent,
-                 os.stat(tmp_path_factory.getbasetemp().parent).st_mode | stat.S_IXOTH)
-        before = tree(root) if other_user != os.geteuid() else None
+        with open(os.path.join(paths["locked"], "keras.json"), "w") as file:
+            file.write("{}")  # else Keras writes it into KERAS_HOME on import, as root
+        home = os.path.join(root, "home")  # for matplotlib's own files, not compared
+        os.makedirs(home)
+        os.chown(home, other_user, -1)
+        before = compared(root) if other_user != os.geteuid() else None
         env = {"KERAS_HOME": paths["locked"], "KERAS_CAIT_HUB_URL": "http://127.0.0.1:9",
-               "HOME": paths["tmp"], "MPLCONFIGDIR": paths["tmp"]}
-        status, out, err = _console(expand(row.argv, paths), paths["tmp"], env,
-                                    user=None if other_user == os.geteuid() else other_user)
-        if "ModuleNotFoundError" in err or "PermissionError: [Errno 13]" in err and "keras_cait" in err \
-                and "site-packages" in err:
-            pytest.skip(f"the user {other_user} cannot import keras_cait here: {err.splitlines()[-1]}")
+               "HOME": home, "MPLCONFIGDIR": home}
+        user = pwd.getpwuid(other_user)
+        status, out, err = _python(["-c", AS_USER, str(user.pw_uid), str(user.pw_gid),
+                                    *expand(row.argv, paths)], paths["tmp"], env)
         assert_contract(name.split("/")[0], status, err, row, paths)
         if before is not None:
-            assert tree(root) == before, "the row left files behind or changed them"
+            assert compared(root) == before, "the row left files behind or changed them"
     finally:
         os.chmod(root, 0o700)
         for path in (os.path.join(root, "locked"), os.path.join(root, "unreadable")):
