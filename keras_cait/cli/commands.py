@@ -8,7 +8,6 @@ the error contract of `keras_cait.cli.errors` (one line, status 2 or 1).
 by `keras_cait.cli.runs`.
 """
 
-import contextlib
 import os
 import sys
 
@@ -21,11 +20,11 @@ from keras_cait.cli.errors import (
     check_writable_folder,
     fail,
     load_keras_model,
-    os_error_line,
     reported,
     usage,
     user_input,
     weights_errors,
+    writing,
 )
 
 # Every CaiT built by name classifies the 1000 ImageNet classes.
@@ -74,17 +73,6 @@ def _load_image(path, side):
                    "download the image and give its local path.") from error
 
 
-@contextlib.contextmanager
-def _writing(output):
-    """An error while writing `output` names it, not the hidden folder it is written in first."""
-    try:
-        yield
-    except OSError as error:
-        what = error.strerror or str(error)
-        raise fail(f"could not write {output}: {what}; "
-                   + os_error_line(error).rpartition("; ")[2] + ".") from error
-
-
 def predict(args):
     import numpy as np
 
@@ -119,7 +107,7 @@ def convert(args):
         model = cait(variant, weights=args.checkpoint, input_shape=(resolution, resolution, 3))
     from keras_cait.atomic import written_atomically
 
-    with _writing(args.output), written_atomically(args.output) as partial:
+    with writing(args.output), written_atomically(args.output) as partial:
         model.save_weights(partial)
     print(f"wrote {args.output} ({model.count_params():,} parameters)")
 
@@ -148,7 +136,7 @@ def export(args):
         check_writable_folder("output", output, folder=os.path.dirname(os.path.abspath(output)))
     model, _ = _build(args.model, args.weights)
     try:
-        with _writing(output):
+        with writing(output):
             _export(exporters, model, output, args)
     except (ValueError, FileExistsError, ImportError) as error:
         raise fail(error) from error
@@ -196,9 +184,9 @@ def attention(args):
     images = _load_image(args.image, side)[None]
     maps = attention_maps(model, images)
     saliency_path = args.out.removesuffix(".png") + "_saliency.png"
-    with _writing(args.out):
+    with writing(args.out):
         save_figure(class_attention_figure(images, maps), args.out)
-    with _writing(saliency_path):
+    with writing(saliency_path):
         save_figure(saliency_figure(images, maps), saliency_path)
     print(f"wrote {args.out} (every head of both class-attention blocks) and {saliency_path}")
 

@@ -153,6 +153,23 @@ def _exit(command, message, status, argv):
 
 
 @contextlib.contextmanager
+def writing(path):
+    """An error while writing `path` names it, not the hidden name it is written under first
+    (`.1.partial-<pid>-...`, see keras_cait/atomic.py)."""
+    try:
+        yield
+    except OSError as error:
+        advice = _ADVICE.get(error.errno, "check the folder and try again")
+        raise fail(f"could not write {path}: {error.strerror or error}; {advice}.") from error
+    except Exception as error:
+        if not _file_system_op_error(error):
+            raise
+        reason = "permission denied" if "Permission" in type(error).__name__ else "a folder is missing"
+        raise fail(f"could not write {path}: {reason}; check the folder and its permissions, or "
+                   "choose another folder.") from error
+
+
+@contextlib.contextmanager
 def user_input(what, *types):
     """Turns the library's errors about the user's input (`types`, e.g. ValueError) into the line,
     prefixed with `what` (the flag and its value), where the library reads that input."""

@@ -476,3 +476,29 @@ def test_permission_row(name, other_user):
             if os.path.isdir(path):
                 os.chmod(path, 0o700)
         shutil.rmtree(root, ignore_errors=True)
+
+
+# === Errors while writing name the user's path, not the hidden one written first ===
+
+
+@pytest.mark.parametrize("kind", ["os", "tensorflow"])
+def test_an_error_while_exporting_names_the_version_folder_not_the_hidden_one(kind, tmp_path, monkeypatch, capfd):
+    import tensorflow as tf
+
+    from keras_cait import export as exporters
+    from keras_cait.cli import commands
+
+    version = str(tmp_path / "serving" / "1")
+    hidden = str(tmp_path / "serving" / ".1.partial-4242-abcdefgh" / "1" / "variables")
+
+    def export_saved_model(*args, **kwargs):
+        if kind == "os":
+            raise PermissionError(13, "Permission denied", hidden)
+        raise tf.errors.PermissionDeniedError(None, None, f"{hidden}; Permission denied")
+
+    monkeypatch.setattr(commands, "_build", lambda *args: (None, 224))
+    monkeypatch.setattr(exporters, "export_saved_model", export_saved_model)
+    status, err = run_row(["export", version, "--weights", "none"], capfd)
+    assert status == FAILURE and err.count("\n") == 1
+    assert err.startswith(f"keras-cait export: could not write {version}: ")
+    assert ".partial" not in err and "permission" in err.lower() and "choose" in err
