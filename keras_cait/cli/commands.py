@@ -289,7 +289,9 @@ def main(argv=None):
         return
     command = next((word for word in argv if not word.startswith("-")), None)
     with reported(command if command in COMMANDS else None, argv):
-        args = build_parser().parse_args(argv)
+        args, unknown = build_parser().parse_known_args(argv)
+        if unknown:  # argparse names them at the top level, where `keras-cait --help` cannot help
+            raise usage(f"unrecognized arguments: {' '.join(unknown)}; see keras-cait {command} --help")
         args.run(args)
 
 

@@ -57,9 +57,9 @@ ROWS = {
     "predict/not-an-image": row("predict {garbage}.jpg", FAILURE, "{garbage}.jpg"),
     "predict/top-0": row("predict {image} --top 0", USAGE, "--top 0", "between 1 and 1000"),
     "predict/top-1001": row("predict {image} --top 1001", USAGE, "--top 1001"),
-    "predict/unknown-model": row("predict {image} --model cait_zz99", USAGE, "cait_zz99", "cait_s24_224"),
+    "predict/unknown-model": row("predict {image} --model cait_zz99", USAGE, "'cait_zz99'", "cait_xxs24_224"),
     "predict/no-image": row("predict", USAGE, "IMAGE", "keras-cait predict --help"),
-    "predict/unknown-flag": row("predict {image} --topp 3", USAGE, "--topp"),
+    "predict/unknown-flag": row("predict {image} --topp 3", USAGE, "--topp", "keras-cait predict --help"),
     "predict/missing-weights": row("predict {image} --model cait_xxs24_224 --weights {tmp}/missing.safetensors",
                                    FAILURE, "--weights {tmp}/missing.safetensors", reads="model"),
     "predict/weights-not-a-checkpoint": row(
@@ -128,7 +128,7 @@ ROWS = {
     "train/image-size-not-patches": row(TRAIN + " --image-size 30", USAGE, "--image-size 30", "--image-size 32"),
     "train/json-patch-size": row(TRAIN + ' --model {"embed_dim":64,"depth":2,"num_heads":4,"patch_size":8}'
                                  " --image-size 36", USAGE, "--image-size 36", "patch size 8"),
-    "train/unknown-variant": row(TRAIN + " --model ZZ99", USAGE, "--model ZZ99", "S24"),
+    "train/unknown-variant": row(TRAIN + " --model ZZ99", USAGE, "--model", "'ZZ99'", "S24", "JSON"),
     "train/model-not-json": row(TRAIN + " --model {embed_dim", USAGE, "--model {embed_dim", "JSON"),
     "train/output-dir-is-a-file": row("train --data {digits} --output-dir {afile}", FAILURE,
                                       "--output-dir {afile}", "not a folder"),
@@ -149,7 +149,7 @@ ROWS = {
     # --- finetune ---
     "finetune/missing-keras-model": row(FINETUNE + " --model {tmp}/missing.keras", FAILURE,
                                         "{tmp}/missing.keras", "no such file"),
-    "finetune/unknown-variant": row(FINETUNE + " --model ZZ99", USAGE, "--model ZZ99", ".keras"),
+    "finetune/unknown-variant": row(FINETUNE + " --model ZZ99", USAGE, "--model", "'ZZ99'", ".keras"),
     "finetune/val-fraction-above-1": row(FINETUNE + " --val-fraction 1.5", USAGE, "--val-fraction 1.5"),
     "finetune/nothing-to-train": row(FINETUNE + " --epochs 0 --head-epochs 0", USAGE, "--epochs 0",
                                      "--head-epochs 0"),
