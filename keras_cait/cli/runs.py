@@ -501,11 +501,12 @@ def _train(model, args, train, validation, distribution, epochs, output_dir, bac
             shuffle_buffer=args.shuffle_buffer, cache=args.cache,
         )
 
-    history = resume.fit(
-        model, stream_from, epochs, steps, backup=backup, callbacks=callbacks,
-        validation_data=validation, verbose=args.verbose,
-        plan={"global batch size": global_batch},
-    )
+    with user_input(None, resume.BackupError):  # a rerun with other flags, a damaged backup
+        history = resume.fit(
+            model, stream_from, epochs, steps, backup=backup, callbacks=callbacks,
+            validation_data=validation, verbose=args.verbose,
+            plan={"global batch size": global_batch},
+        )
     with contextlib.suppress(OSError):  # the backups' folder, once no run needs it
         os.rmdir(os.path.dirname(backup.backup_dir))
     return history
