@@ -291,7 +291,8 @@ def assert_contract(command, status, err, row, paths):
 
 
 @pytest.mark.parametrize("name", list(ROWS))
-def test_row(name, tmp_path, monkeypatch, capfd, guards, tiny_keras_model):
+def test_row(name, tmp_path, monkeypatch, capfd, guards, tiny_keras_model, policy):
+    """`policy` restores float32: rows that list data set the run's dtype policy first."""
     row = ROWS[name]
     paths = {**make_workspace(tmp_path / "row"), "model": tiny_keras_model}
     monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras_home"))
