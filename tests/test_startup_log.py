@@ -62,7 +62,7 @@ def test_a_missing_image_is_one_line_on_standard_error_with_no_tensorflow_lines(
     missing = str(tmp_path / "missing.jpg")
     done = run([sys.executable, "-m", "keras_cait.cli", "predict", missing, "--weights", "none"])
     assert done.returncode == 1
-    assert done.stderr.decode() == f"keras-cait predict: image {missing!r}: no such file.\n"
+    assert done.stderr.decode() == f"keras-cait predict: image {missing!r}: no such file; check the path.\n"
 
 
 def test_tf_cpp_min_log_level_0_keeps_the_startup_lines(plain_keras_import):

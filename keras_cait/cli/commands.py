@@ -1,16 +1,34 @@
 """The `keras-cait` command line: predict, convert, export, attention, demo, train, finetune, evaluate.
 
 Each command's work is a function of its parsed arguments; models are built
-inside it, after the arguments and input files are checked, so a mistake is
-reported before anything is built or downloaded.
+inside it, after the arguments, input files and output folders are checked, so a
+mistake is reported before anything is built or downloaded. Every command keeps
+the error contract of `keras_cait.cli.errors` (one line, status 2 or 1).
 `train`, `finetune` and `evaluate` have many flags of their own and are parsed
 by `keras_cait.cli.runs`.
 """
 
-import argparse
+import os
 import sys
 
-from keras_cait.cli.errors import check_image_files, fail, load_keras_model, weights_errors
+from keras_cait.cli.errors import (
+    Parser,
+    add_debug_flag,
+    check_image_files,
+    check_range,
+    check_writable_file,
+    check_writable_folder,
+    fail,
+    load_keras_model,
+    reported,
+    usage,
+    user_input,
+    weights_errors,
+    writing,
+)
+
+# Every CaiT built by name classifies the 1000 ImageNet classes.
+IMAGENET_CLASSES = 1000
 
 
 def _variant_of(model_name):
@@ -20,7 +38,7 @@ def _variant_of(model_name):
     try:
         return parse_model_name(model_name)
     except ValueError as error:
-        raise SystemExit(f"keras-cait: {error}") from error
+        raise usage(error) from error
 
 
 def _side(model_name):
@@ -31,23 +49,28 @@ def _side(model_name):
     return resolution or default_resolution(variant)
 
 
-def _build(command, model_name, weights):
+def _build(model_name, weights):
     from keras_cait.variants import cait
 
     variant, _ = _variant_of(model_name)
     side = _side(model_name)
     weights = None if weights == "none" else weights
-    with weights_errors(command, weights):
+    with weights_errors(weights):
         return cait(variant, weights=weights, input_shape=(side, side, 3)), side
 
 
-def _load_image(command, path, side):
+def _load_image(path, side):
+    import tensorflow as tf
+
     from keras_cait.preprocessing import load_image
 
     try:
         return load_image(path, side)
     except (OSError, ValueError) as error:
-        raise fail(command, error) from error
+        raise fail(error) from error
+    except tf.errors.OpError as error:  # a file system of TensorFlow's (gs://, ...)
+        raise fail(f"image {path!r}: {error.message}; check the path and its permissions, or "
+                   "download the image and give its local path.") from error
 
 
 def predict(args):
@@ -55,11 +78,12 @@ def predict(args):
 
     from keras_cait.preprocessing import decode_predictions
 
+    check_range("--top", args.top, 1, IMAGENET_CLASSES, example=5)
     # The images first: a typo in a path should not wait for (or download) a model.
     side = _side(args.model)
-    check_image_files("predict", args.images)
-    images = np.stack([_load_image("predict", path, side) for path in args.images])
-    model, _ = _build("predict", args.model, args.weights)
+    check_image_files(args.images)
+    images = np.stack([_load_image(path, side) for path in args.images])
+    model, _ = _build(args.model, args.weights)
     probabilities = model.predict(images, verbose=0)
     for path, top in zip(args.images, decode_predictions(probabilities, top=args.top)):
         print(path)
@@ -72,14 +96,18 @@ def convert(args):
 
     variant, resolution = _variant_of(args.model)
     if resolution is None:
-        raise SystemExit("keras-cait convert: give the resolution in --model, e.g. cait_s24_384.")
+        raise usage(f"--model {args.model}: give the resolution too, e.g. cait_{variant.lower()}_384.")
     if not args.output.endswith(".weights.h5"):
-        raise SystemExit(f"keras-cait convert: --output {args.output!r} must end in .weights.h5.")
-    with weights_errors("convert", args.checkpoint):
+        raise usage(f"--output {args.output!r} must end in .weights.h5, e.g. {args.model}.weights.h5.")
+    if not os.path.isfile(args.checkpoint):
+        what = "is a folder" if os.path.isdir(args.checkpoint) else "no such file"
+        raise fail(f"checkpoint {args.checkpoint!r}: {what}; give a .safetensors or .pth file.")
+    check_writable_file("--output", args.output)
+    with weights_errors(args.checkpoint, flag="checkpoint"):
         model = cait(variant, weights=args.checkpoint, input_shape=(resolution, resolution, 3))
     from keras_cait.atomic import written_atomically
 
-    with written_atomically(args.output) as partial:
+    with writing(args.output), written_atomically(args.output) as partial:
         model.save_weights(partial)
     print(f"wrote {args.output} ({model.count_params():,} parameters)")
 
@@ -88,37 +116,54 @@ def export(args):
     from keras_cait import export as exporters
 
     output = args.output.rstrip("/")
-    if args.top_k is not None and output.endswith((".onnx", ".tflite", ".xml")):
-        raise SystemExit(
-            "keras-cait export: --top-k applies to SavedModels only (ONNX, LiteRT and OpenVINO output scores)."
+    is_file = output.endswith((".onnx", ".tflite", ".xml"))
+    if args.top_k is not None and is_file:
+        raise usage(
+            "--top-k applies to SavedModels only (ONNX, LiteRT and OpenVINO output scores); "
+            "leave it out, or export a SavedModel version folder."
         )
+    check_range("--top-k", args.top_k, 1, IMAGENET_CLASSES, example=5)
+    _variant_of(args.model)
     try:
         exporters.check_destination(output, args.overwrite, args.quantization)
-        model, _ = _build("export", args.model, args.weights)
-        if output.endswith(".onnx"):
-            exporters.export_onnx(model, output, quantization=args.quantization, overwrite=args.overwrite)
-        elif output.endswith(".tflite"):
-            exporters.export_litert(model, output, quantization=args.quantization, overwrite=args.overwrite)
-        elif output.endswith(".xml"):
-            exporters.export_openvino(model, output, quantization=args.quantization, overwrite=args.overwrite)
-        else:
-            exporters.export_saved_model(
-                model, output, top_k=args.top_k or 5, quantization=args.quantization, overwrite=args.overwrite
-            )
+    except ValueError as error:
+        raise usage(error) from error
+    except FileExistsError as error:
+        raise fail(error) from error
+    if is_file:
+        check_writable_file("output", output)
+    else:
+        check_writable_folder("output", output, folder=os.path.dirname(os.path.abspath(output)))
+    model, _ = _build(args.model, args.weights)
+    try:
+        with writing(output):
+            _export(exporters, model, output, args)
     except (ValueError, FileExistsError, ImportError) as error:
-        raise fail("export", error) from error
+        raise fail(error) from error
     print(f"wrote {output}")
+
+
+def _export(exporters, model, output, args):
+    if output.endswith(".onnx"):
+        exporters.export_onnx(model, output, quantization=args.quantization, overwrite=args.overwrite)
+    elif output.endswith(".tflite"):
+        exporters.export_litert(model, output, quantization=args.quantization, overwrite=args.overwrite)
+    elif output.endswith(".xml"):
+        exporters.export_openvino(model, output, quantization=args.quantization, overwrite=args.overwrite)
+    else:
+        exporters.export_saved_model(
+            model, output, top_k=args.top_k or 5, quantization=args.quantization, overwrite=args.overwrite
+        )
 
 
 def _load_model_for_attention(model_name, weights):
     """A CaiT by name (cait_s24_224) or a saved `.keras` model (e.g. the demo's)."""
     if not model_name.endswith(".keras"):
-        return _build("attention", model_name, weights)
-    model = load_keras_model("attention", model_name)
+        return _build(model_name, weights)
+    model = load_keras_model(model_name)
     height, width = model.input_shape[1:3]
     if height != width:
         raise fail(
-            "attention",
             f"--model {model_name!r} takes {height}x{width} images; the command crops images "
             "square, so it needs a model with square input.",
         )
@@ -130,28 +175,40 @@ def attention(args):
     from keras_cait.visualize import class_attention_figure, saliency_figure, save_figure
 
     if not args.out.endswith(".png"):
-        raise SystemExit(f"keras-cait attention: --out {args.out!r} must end in .png, e.g. maps.png.")
-    check_image_files("attention", [args.image])
+        raise usage(f"--out {args.out!r} must end in .png, e.g. maps.png.")
+    if not args.model.endswith(".keras"):
+        _variant_of(args.model)
+    check_image_files([args.image])
+    check_writable_file("--out", args.out)
     model, side = _load_model_for_attention(args.model, args.weights)
-    images = _load_image("attention", args.image, side)[None]
+    images = _load_image(args.image, side)[None]
     maps = attention_maps(model, images)
     saliency_path = args.out.removesuffix(".png") + "_saliency.png"
-    save_figure(class_attention_figure(images, maps), args.out)
-    save_figure(saliency_figure(images, maps), saliency_path)
+    with writing(args.out):
+        save_figure(class_attention_figure(images, maps), args.out)
+    with writing(saliency_path):
+        save_figure(saliency_figure(images, maps), saliency_path)
     print(f"wrote {args.out} (every head of both class-attention blocks) and {saliency_path}")
 
 
 def demo(args):
     from keras_cait.cli import demo as demo_module
 
+    check_range("--epochs", args.epochs, 1, example=3)
+    check_writable_folder("--out", args.out)
+    with user_input(None, ImportError):
+        demo_module.require_extras()
     small = args.small or demo_module.small_from_environment()
     demo_module.run(out=args.out, init=args.init, small=small, epochs=args.epochs)
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(
-        prog="keras-cait", description="CaiT image classification with Keras 3."
+    parser = Parser(
+        prog="keras-cait", description="CaiT image classification with Keras 3.",
+        epilog="A mistake ends a command with one line on standard error, exit status 2 for a "
+               "command line that cannot work, 1 for anything else; --debug shows its traceback.",
     )
+    add_debug_flag(parser)
     commands = parser.add_subparsers(dest="command", required=True)
 
     p = commands.add_parser("predict", help="print the top ImageNet classes of images")
@@ -159,12 +216,14 @@ def build_parser():
     p.add_argument("--model", default="cait_s24_224", help="cait_<variant>[_<resolution>] (default: %(default)s)")
     p.add_argument("--weights", default="imagenet", help="imagenet, none, or a checkpoint path (default: %(default)s)")
     p.add_argument("--top", type=int, default=5, help="classes to print (default: %(default)s)")
+    add_debug_flag(p)
     p.set_defaults(run=predict)
 
     c = commands.add_parser("convert", help="convert a timm/DeiT checkpoint to Keras .weights.h5")
     c.add_argument("checkpoint", help=".safetensors or .pth file")
     c.add_argument("output", help="the .weights.h5 file to write")
     c.add_argument("--model", required=True, help="cait_<variant>_<resolution>, e.g. cait_s24_384")
+    add_debug_flag(c)
     c.set_defaults(run=convert)
 
     e = commands.add_parser(
@@ -181,6 +240,7 @@ def build_parser():
     e.add_argument("--quantization", choices=["int8", "dynamic_int8"],
                    help="int8: Keras int8 (SavedModel, ONNX); dynamic_int8: TFLite int8 weights (LiteRT)")
     e.add_argument("--overwrite", action="store_true", help="replace an existing version folder or file")
+    add_debug_flag(e)
     e.set_defaults(run=export)
 
     a = commands.add_parser("attention", help="draw the class-attention maps of an image to PNG files")
@@ -190,6 +250,7 @@ def build_parser():
                    help="cait_<variant>[_<resolution>] or a saved .keras model (default: %(default)s)")
     a.add_argument("--weights", default="imagenet",
                    help="imagenet, none, or a checkpoint path; ignored for a .keras model (default: %(default)s)")
+    add_debug_flag(a)
     a.set_defaults(run=attention)
 
     d = commands.add_parser(
@@ -202,6 +263,7 @@ def build_parser():
     d.add_argument("--small", action="store_true",
                    help="the quick CI version (also KERAS_CAIT_DEMO_SMALL=1)")
     d.add_argument("--epochs", type=int, help="override the number of epochs")
+    add_debug_flag(d)
     d.set_defaults(run=demo)
 
     for name, help in RUNS.items():
@@ -218,11 +280,19 @@ RUNS = {
 
 
 def main(argv=None):
+    """`keras-cait ARGV...`; a user's mistake raises `CommandFailed` (a SystemExit) after its line."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in RUNS:
         from keras_cait.cli import runs
 
         runs.main(argv[0], argv[1:])
         return
-    args = build_parser().parse_args(argv)
-    args.run(args)
+    command = next((word for word in argv if not word.startswith("-")), None)
+    with reported(command if command in COMMANDS else None, argv):
+        args, unknown = build_parser().parse_known_args(argv)
+        if unknown:  # argparse names them at the top level, where `keras-cait --help` cannot help
+            raise usage(f"unrecognized arguments: {' '.join(unknown)}; see keras-cait {command} --help")
+        args.run(args)
+
+
+COMMANDS = ("predict", "convert", "export", "attention", "demo")

@@ -70,7 +70,7 @@ RECIPES = {
 }
 
 
-def _require_extras():
+def require_extras():
     """Fails before training, not after, when the demo's optional packages are missing."""
     import importlib.util
 
@@ -227,7 +227,7 @@ def run(out="keras_cait_demo", init="auto", small=False, epochs=None):
     """Runs the whole demo; returns the summary it also writes to `out/summary.json`."""
     if init not in INIT_CHOICES:
         raise ValueError(f"init={init!r}: must be one of {INIT_CHOICES}.")
-    _require_extras()
+    require_extras()
     started = time.perf_counter()
     if small:
         init, why = "scratch", "small mode"

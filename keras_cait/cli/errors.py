@@ -1,57 +1,284 @@
-"""What the commands answer when a user's input is wrong: one line that names the flag.
+"""The error contract of every `keras-cait` command: one line, an exit status, no traceback.
 
-The library's errors speak Python (`weights='/path/to/model.safetensors'`); a
-command's error speaks its flags (`--weights /path/to/model.safetensors`) and
-never shows a traceback for a missing or unreadable file, an offline download
-or weights that do not fit.
+A mistake the user can mend ends a command with one line on standard error,
+
+    keras-cait <command>: <what is wrong>; <what to do>
+
+and exit status 2 when the command line itself is wrong (a flag's value, flags
+that do not go together), 1 for everything else (a missing or unreadable file,
+a folder that cannot be written, a bad image, no network, an interrupted run).
+A bug is not the user's mistake and keeps its traceback; `--debug` (or
+KERAS_CAIT_DEBUG=1) shows the traceback of the user's mistakes too.
+
+Commands raise `usage(...)` or `fail(...)` and check their arguments and
+output folders before any model is built or data are read; `reported` turns
+those errors, and the operating system's (files, network, Ctrl-C), into the line.
+The library's errors speak Python (`weights='/path/to/model.safetensors'`); the
+line speaks the command's flags (`--weights /path/to/model.safetensors`).
 """
 
+import argparse
 import contextlib
+import errno
 import os
 import re
+import sys
+import traceback
+
+USAGE = 2
+FAILURE = 1
+DEBUG_ENV = "KERAS_CAIT_DEBUG"
+
+
+class UserError(Exception):
+    """A mistake of the user's: its message is the line's text, `status` the exit status."""
+
+    def __init__(self, message, status=FAILURE):
+        super().__init__(one_line(message))
+        self.status = status
+
+
+class CommandFailed(SystemExit):
+    """How a command ends on a user's mistake: `code` is the exit status, `str()` the line printed."""
+
+    def __init__(self, status, line):
+        super().__init__(status)
+        self.line = line
+
+    def __str__(self):
+        return self.line
+
+
+def fail(message):
+    """A user's mistake found while working (status 1): `raise fail("...; do this")`."""
+    return UserError(message, FAILURE)
+
+
+def usage(message):
+    """A command line that cannot work (status 2): `raise usage("--top 0: ...; give ...")`."""
+    return UserError(message, USAGE)
 
 
 def flag_syntax(message):
     """`weights='PATH'` / `weights=None` in a library message -> `--weights PATH` / `--weights none`
-    (and the same for `quantization`)."""
+    (and the same for `quantization`); `overwrite=True (keras-cait export --overwrite)` -> `--overwrite`."""
     message = re.sub(r"\b(weights|quantization)='([^']*)'", r"--\1 \2", message)
+    message = re.sub(r"\boverwrite=True \(keras-cait \w+ (--overwrite)\)", r"\1", message)
     return re.sub(r"\b(weights|quantization)=None\b", r"--\1 none", message)
 
 
-def fail(command, message):
-    """Exits the command with `keras-cait COMMAND: MESSAGE` on one line (status 1)."""
-    return SystemExit(f"keras-cait {command}: " + " ".join(flag_syntax(str(message)).split()))
+def one_line(message):
+    """A library's message as the line's text: flags for keyword arguments, TensorFlow's op
+    names (`{{function_node ...}}`, `[Op:DecodeImage] name:`) left out, whitespace folded."""
+    message = re.sub(r"\{\{function_node [^}]*\}\}", "", flag_syntax(str(message)))
+    message = re.sub(r"\s*\[Op:\w+\]( name: ?\S*)?", "", message)
+    return " ".join(message.split())
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose errors are the contract's one line (status 2), not a usage block."""
+
+    def error(self, message):
+        raise usage(f"{message}; see {self.prog} --help")
+
+
+def add_debug_flag(parser):
+    parser.add_argument(
+        "--debug", action="store_true",
+        help=f"show the traceback of errors, not only their one line (also {DEBUG_ENV}=1)",
+    )
+
+
+def debug_requested(argv):
+    return "--debug" in argv or os.environ.get(DEBUG_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+_ADVICE = {
+    errno.EACCES: "check its permissions, or choose another folder",
+    errno.EPERM: "check its permissions, or choose another folder",
+    errno.EROFS: "choose a folder on a writable disk",
+    errno.ENOSPC: "free some space or choose a folder on another disk",
+    errno.EDQUOT: "free some space or choose a folder on another disk",
+    errno.ENOENT: "check the path",
+    errno.ENOTDIR: "check the path: a part of it is a file, not a folder",
+    errno.EISDIR: "give a file, not a folder",
+}
+
+
+def os_error_line(error, advice=None):
+    """`PATH: Permission denied; <advice>` for an OSError, naming its file when it has one."""
+    what = error.strerror or str(error) or type(error).__name__
+    if error.filename is not None:
+        what = f"{os.fsdecode(error.filename)}: {what}"
+    advice = advice or _ADVICE.get(error.errno, "check the path and try again")
+    return f"{what}; {advice}"
+
+
+def _file_system_op_error(error):
+    """TensorFlow's errors of reading files (tf.io): the path, as an OSError would give it."""
+    if "tensorflow" not in sys.modules:
+        return False
+    import tensorflow as tf
+
+    return isinstance(error, (tf.errors.NotFoundError, tf.errors.PermissionDeniedError))
 
 
 @contextlib.contextmanager
-def weights_errors(command, weights):
-    """Turns the errors of getting or loading `--weights` into one line naming the flag."""
+def reported(command, argv):
+    """Runs the body of `keras-cait COMMAND`; its user errors end the command with the contract's line.
+
+    `command` is None before a command is known (`keras-cait --bad-flag`).
+    """
+    try:
+        yield
+    except UserError as error:
+        _exit(command, str(error), error.status, argv)
+    except KeyboardInterrupt:
+        _exit(command, "interrupted; run the same command again (train and finetune resume "
+                       "from their last backup)", FAILURE, argv)
+    except OSError as error:
+        _exit(command, os_error_line(error), FAILURE, argv)
+    except Exception as error:
+        if not _file_system_op_error(error):
+            raise
+        _exit(command, f"{error.message}; check the path and its permissions", FAILURE, argv)
+
+
+def _exit(command, message, status, argv):
+    if debug_requested(argv):
+        traceback.print_exc()
+    line = f"keras-cait {command}: {message}" if command else f"keras-cait: {message}"
+    print(line, file=sys.stderr, flush=True)
+    raise CommandFailed(status, line) from None
+
+
+@contextlib.contextmanager
+def writing(path):
+    """An error while writing `path` names it, not the hidden name it is written under first
+    (`.1.partial-<pid>-...`, see keras_cait/atomic.py)."""
+    try:
+        yield
+    except OSError as error:
+        advice = _ADVICE.get(error.errno, "check the folder and try again")
+        raise fail(f"could not write {path}: {error.strerror or error}; {advice}.") from error
+    except Exception as error:
+        if not _file_system_op_error(error):
+            raise
+        reason = "permission denied" if "Permission" in type(error).__name__ else "a folder is missing"
+        raise fail(f"could not write {path}: {reason}; check the folder and its permissions, or "
+                   "choose another folder.") from error
+
+
+@contextlib.contextmanager
+def user_input(what, *types):
+    """Turns the library's errors about the user's input (`types`, e.g. ValueError) into the line,
+    prefixed with `what` (the flag and its value), where the library reads that input."""
+    try:
+        yield
+    except UserError:
+        raise
+    except types as error:
+        text = str(error).strip() or type(error).__name__
+        raise fail(f"{what}: {text}" if what else text) from error
+
+
+@contextlib.contextmanager
+def weights_errors(weights, flag="--weights"):
+    """Turns the errors of getting or loading `--weights` (or another `flag` naming a checkpoint)
+    into one line naming the flag."""
+    from keras_cait.weights.download import cache_dir
+
     try:
         yield
     except ConnectionError as error:
-        raise fail(command, f"{error} Or --weights none for random weights.") from error
-    except (OSError, ValueError, ImportError) as error:
-        where = "" if weights in (None, "imagenet") else f"--weights {weights}: "
-        raise fail(command, f"{where}{error}") from error
+        raise fail(f"{error} Or --weights none for random weights.") from error
+    except OSError as error:
+        where = _named(flag, weights, error)
+        keras_home = os.path.dirname(os.path.dirname(cache_dir()))  # KERAS_HOME/models/keras_cait
+        path = os.path.abspath(os.fsdecode(error.filename)) if error.filename is not None else ""
+        if path == keras_home or path.startswith(keras_home + os.sep):
+            raise fail(where + os_error_line(
+                error, "set KERAS_HOME to a folder you can write (the weights are cached in "
+                       "KERAS_HOME/models), or download the checkpoint elsewhere and pass it: "
+                       "--weights /path/to/model.safetensors"
+            )) from error
+        if error.filename is not None or error.strerror:
+            raise fail(where + os_error_line(error)) from error
+        raise fail(f"{where}{error}") from error
+    except (ValueError, ImportError) as error:
+        raise fail(f"{_named(flag, weights, error)}{error}") from error
 
 
-def check_image_files(command, paths):
-    """Fails before any model is built if a local image file is missing (URLs such as gs:// pass)."""
+def _named(flag, weights, error):
+    """`FLAG PATH: ` before a message about a weights file, unless the message names the flag."""
+    if weights in (None, "imagenet") or f"--weights {weights}" in flag_syntax(str(error)):
+        return ""
+    return f"{flag} {weights}: "
+
+
+# === Checks made before any model is built or data are read ===
+
+
+def check_image_files(paths):
+    """Each local image is a file; web addresses, which TensorFlow cannot read, are refused
+    (gs:// and TensorFlow's other file systems pass)."""
     for path in paths:
-        if "://" not in path and not os.path.isfile(path):
-            raise fail(command, f"image {path!r}: no such file.")
+        scheme = path.split("://", 1)[0].lower() if "://" in path else None
+        if scheme in ("http", "https", "ftp"):
+            raise fail(f"image {path!r}: web addresses are not read; download the image and "
+                       "give its path.")
+        if scheme is None and os.path.isdir(path):
+            raise fail(f"image {path!r} is a folder; give image files (e.g. {path}/*.jpg).")
+        if scheme is None and not os.path.isfile(path):
+            raise fail(f"image {path!r}: no such file; check the path.")
 
 
-def load_keras_model(command, path):
-    """A saved `.keras` model (keras_cait imported, so CaiT's layers resolve), or a clean exit."""
+def check_writable_folder(flag, path, folder=None):
+    """`folder` (default: `path`, the value of `flag`) is, or can be made, a folder this process
+    writes in; the nearest part of it that exists decides."""
+    folder = os.path.abspath(path if folder is None else folder)
+    existing = folder
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        where = "is a file" if existing == os.path.abspath(path) else f"is inside the file {existing}"
+        raise fail(f"{flag} {path} {where}, not a folder; choose another folder.")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise fail(f"{flag} {path}: cannot write in {existing} (permission denied); choose a "
+                   "folder you can write to, or fix its permissions.")
+
+
+def check_writable_file(flag, path):
+    """`path` is not a folder, and the folder that will hold it is writable."""
+    if os.path.isdir(path):
+        raise fail(f"{flag} {path} is a folder; give a file name inside it.")
+    check_writable_folder(flag, path, folder=os.path.dirname(os.path.abspath(path)))
+
+
+def check_range(flag, value, low, high=None, example=None):
+    """`low <= value <= high` (high None: no upper bound), else a usage error naming the flag."""
+    if value is None or (value >= low and (high is None or value <= high)):
+        return
+    allowed = f"between {low} and {high}" if high is not None else f"at least {low}"
+    example = f", e.g. {flag} {example}" if example is not None else ""
+    raise usage(f"{flag} {value}: must be {allowed}{example}.")
+
+
+def load_keras_model(path):
+    """A saved `.keras` model (keras_cait imported, so CaiT's layers resolve), or the line."""
     import keras
 
     import keras_cait  # noqa: F401  registers CaiT's layers with Keras
 
+    import zipfile
+
     if not os.path.isfile(path):
-        raise fail(command, f"--model {path!r}: no such file (a .keras model or a CaiT variant).")
+        raise fail(f"--model {path!r}: no such file (a .keras model or a CaiT variant).")
+    if not zipfile.is_zipfile(path):
+        raise fail(f"--model {path!r} is not a .keras model (a .keras file is a zip archive); give "
+                   "a model saved with model.save('name.keras'), or a CaiT variant.")
     try:
         return keras.models.load_model(path)
     except (OSError, ValueError, TypeError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise fail(command, f"--model {path!r} is not a readable .keras model: {first}") from error
+        raise fail(f"--model {path!r} is not a readable .keras model: {first}") from error

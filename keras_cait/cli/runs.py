@@ -2,7 +2,9 @@
 
 Each `*_parser()` lists the flags with their defaults and sources; each
 `*_run(args)` does the work with the pieces of `keras_cait.training`;
-`main(command, argv)` parses and runs one. scripts/train.py, finetune.py and
+`check_arguments(command, args)` refuses what cannot work before any data are
+read or model built; `main(command, argv)` parses, checks and runs one, keeping
+the error contract of `keras_cait.cli.errors`. scripts/train.py, finetune.py and
 evaluate.py call the same commands.
 """
 
@@ -15,7 +17,18 @@ import keras
 
 from keras_cait.atomic import written_atomically
 from keras_cait.model import build_cait
-from keras_cait.cli.errors import fail, load_keras_model, weights_errors
+from keras_cait.cli.errors import (
+    Parser,
+    add_debug_flag,
+    check_range,
+    check_writable_folder,
+    fail,
+    load_keras_model,
+    reported,
+    usage,
+    user_input,
+    weights_errors,
+)
 from keras_cait.training import augment, distribute, lora, optimizer, resume, schedule, sources, stream, transfer
 from keras_cait.training.callbacks import run_callbacks, save_model
 from keras_cait.training.distillation import DISTILLATION_TYPES, Distiller
@@ -39,9 +52,9 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
 
 
 def _parser(description, command):
-    return argparse.ArgumentParser(
-        prog=f"keras-cait {command}", description=description, formatter_class=_Formatter
-    )
+    parser = Parser(prog=f"keras-cait {command}", description=description, formatter_class=_Formatter)
+    add_debug_flag(parser)
+    return parser
 
 
 def _add_data_arguments(parser, train, model_file=False):
@@ -238,6 +251,130 @@ def _configure(args):
     keras.mixed_precision.set_global_policy(args.precision)
 
 
+# === Checks made before any data are read or model built ===
+
+
+def check_arguments(command, args):
+    """Refuses flags that cannot work, alone or together, and outputs that cannot be written
+    (a `usage` or `fail` error naming the flag), before the run reads data or builds a model."""
+    check_range("--batch-size", args.batch_size, 1, example=64)
+    check_range("--crop-pct", args.crop_pct, 0.01, 1.0, example=1.0)
+    _check_model(args)
+    _check_image_size(args)
+    for flag in ("--data", "--val-data"):
+        _check_data(flag, getattr(args, flag[2:].replace("-", "_"), None), args.class_names)
+    if args.class_names and not os.path.isfile(args.class_names):
+        raise fail(f"--class-names {args.class_names}: no such file; give a text file with one "
+                   "class name per line.")
+    if command == "evaluate":
+        return
+    check_range("--epochs", args.epochs, 1 if command == "train" else 0, example=10)
+    check_range("--backup-every", args.backup_every, 1, example=1000)
+    check_range("--shuffle-buffer", args.shuffle_buffer, 1, example=10000)
+    check_range("--repeated-aug", args.repeated_aug, 1, example=3)
+    check_range("--randaugment", args.randaugment, 0, 10, example=9)
+    check_range("--reprob", args.reprob, 0.0, 1.0, example=0.25)
+    check_range("--smoothing", args.smoothing, 0.0, 0.99, example=0.1)
+    check_range("--mixup-switch-prob", args.mixup_switch_prob, 0.0, 1.0, example=0.5)
+    check_range("--drop-path", args.drop_path, 0.0, 0.99, example=0.1)
+    for flag in ("--mixup", "--cutmix", "--lr", "--min-lr", "--weight-decay", "--warmup-lr"):
+        check_range(flag, getattr(args, flag[2:].replace("-", "_")), 0.0, example=0)
+    check_range("--model-ema-decay", args.model_ema_decay, 0.0, 1.0, example=0.9999)
+    check_range("--distillation-alpha", args.distillation_alpha, 0.0, 1.0, example=0.5)
+    if args.distillation_tau <= 0:
+        raise usage(f"--distillation-tau {args.distillation_tau}: must be positive, e.g. 1.0.")
+    _check_distillation_flags(args)
+    if command == "finetune":
+        check_range("--head-epochs", args.head_epochs, 0, example=2)
+        check_range("--val-fraction", args.val_fraction, 0.0, 0.99, example=0.1)
+        check_range("--lora-rank", args.lora_rank, 0, example=8)
+        if args.epochs == 0 and args.head_epochs == 0:
+            raise usage("--epochs 0 and --head-epochs 0: nothing to train; give --epochs or "
+                        "--head-epochs of at least 1.")
+    if args.epochs and not 0 <= args.warmup_epochs < args.epochs:
+        raise usage(f"--warmup-epochs {args.warmup_epochs:g} with --epochs {args.epochs}: the "
+                    f"warmup must be shorter than the run; give --epochs {int(args.warmup_epochs) + 1} "
+                    "or more, or a shorter --warmup-epochs.")
+    check_writable_folder("--output-dir", args.output_dir)
+
+
+def _check_model(args):
+    """train builds a variant or a JSON architecture; finetune and evaluate take a variant or a
+    .keras model (they have --weights)."""
+    saved_models = "weights" in args
+    if args.model.lstrip().startswith("{") and not saved_models:
+        try:
+            arguments = json.loads(args.model)
+        except json.JSONDecodeError as error:
+            raise usage(f"--model {args.model}: not valid JSON ({error}); e.g. "
+                        '\'{"embed_dim": 192, "depth": 12, "num_heads": 4}\'.') from error
+        if not isinstance(arguments, dict):
+            raise usage(f"--model {args.model}: a JSON object of build_cait arguments is expected.")
+    elif args.model.endswith(".keras") and saved_models:
+        if not os.path.isfile(args.model):
+            raise fail(f"--model {args.model!r}: no such file (a .keras model or a CaiT variant).")
+    else:
+        try:
+            parse_model_name(args.model)
+        except ValueError as error:
+            other = "the path of a .keras model" if saved_models else "a JSON object of build_cait arguments"
+            raise usage(f"--model: {error} Or {other}.") from error
+
+
+def _patch_size(args):
+    """The patch size of the model to build, or None when a .keras model decides."""
+    if args.model.endswith(".keras"):
+        return None
+    if args.model.lstrip().startswith("{"):
+        return json.loads(args.model).get("patch_size", 16)
+    return 16
+
+
+def _check_image_size(args):
+    if args.image_size is None:
+        return
+    patch = _patch_size(args)
+    if args.image_size < 1 or (patch and args.image_size % patch):
+        nearest = max(patch or 1, round(args.image_size / (patch or 1)) * (patch or 1))
+        raise usage(f"--image-size {args.image_size}: must be a positive multiple of the patch "
+                    f"size {patch or 1}, e.g. --image-size {nearest}.")
+
+
+def _check_data(flag, spec, class_names):
+    if spec is None or spec.startswith("tfds:"):
+        return
+    if spec.startswith("tfrecord:"):
+        if not class_names:
+            raise usage(f"{flag} {spec}: TFRecords need the class names; add --class-names FILE "
+                        "(one name per line).")
+        return
+    if not os.path.isdir(spec):
+        what = "is a file" if os.path.exists(spec) else "no such folder"
+        raise fail(f"{flag} {spec}: {what}; give a folder of class subfolders (e.g. "
+                   f"{os.path.join(spec, 'cat', '1.jpg')}), tfrecord:PATTERN or tfds:NAME:SPLIT.")
+
+
+def _check_distillation_flags(args):
+    if args.distillation_type == "none" and args.teacher:
+        raise usage(f"--teacher {args.teacher} is given but --distillation-type is none; add "
+                    "--distillation-type hard (the paper's) or soft.")
+    if args.distillation_type != "none" and not args.teacher:
+        raise usage(f"--distillation-type {args.distillation_type} needs a teacher: --teacher "
+                    "PATH.keras or a keras.applications name, e.g. RegNetY160.")
+    if args.teacher and args.teacher.endswith(".keras") and not os.path.isfile(args.teacher):
+        raise fail(f"--teacher {args.teacher}: no such file; give a .keras model or a "
+                   "keras.applications name, e.g. RegNetY160.")
+
+
+def _check_batch(args, train, global_batch):
+    """The batch fits the data: checked once the data are listed, before a model is built."""
+    if global_batch > train.num_examples:
+        raise usage(f"--batch-size {args.batch_size} (global batch {global_batch}) is larger than "
+                    f"the {train.num_examples} training images of --data {args.data}; give "
+                    f"--batch-size {max(1, train.num_examples // max(1, global_batch // args.batch_size))} "
+                    "or less, or more images.")
+
+
 def _class_names(args):
     if not args.class_names:
         return None
@@ -247,11 +384,14 @@ def _class_names(args):
 
 def _sources(args):
     class_names = _class_names(args)
-    train = sources.source(args.data, class_names, args.tfds_dir)
+    with user_input(f"--data {args.data}", ValueError, ImportError, FileNotFoundError):
+        train = sources.source(args.data, class_names, args.tfds_dir)
     if args.val_data:
-        return train, sources.source(args.val_data, class_names, args.tfds_dir)
+        with user_input(f"--val-data {args.val_data}", ValueError, ImportError, FileNotFoundError):
+            return train, sources.source(args.val_data, class_names, args.tfds_dir)
     if getattr(args, "val_fraction", 0):
-        return sources.split(train, args.val_fraction, seed=args.seed)
+        with user_input(f"--val-fraction {args.val_fraction}", ValueError):
+            return sources.split(train, args.val_fraction, seed=args.seed)
     return train, None
 
 
@@ -313,27 +453,22 @@ def _compile(model, args, peak, epochs, steps, warmup_epochs=0, warmup_start=0.0
     )
 
 
-def _teacher(command, args, num_classes):
+def _teacher(args, num_classes):
     """The frozen teacher of `--teacher`, or None without distillation."""
+    _check_distillation_flags(args)
     if args.distillation_type == "none":
-        if args.teacher:
-            raise fail(command, f"--teacher {args.teacher} is given but --distillation-type "
-                                     "is none; add --distillation-type hard (the paper's) or soft.")
         return None
-    if not args.teacher:
-        raise fail(command, f"--distillation-type {args.distillation_type} needs a teacher: "
-                                 "--teacher PATH.keras or a keras.applications name, e.g. RegNetY160.")
     if args.teacher.endswith(".keras"):
-        teacher = load_keras_model(command, args.teacher)
+        teacher = load_keras_model(args.teacher)
     elif hasattr(keras.applications, args.teacher):
         teacher = getattr(keras.applications, args.teacher)(weights="imagenet")
     else:
-        raise fail(command, f"--teacher {args.teacher}: neither a .keras file nor a "
-                                 "keras.applications model; e.g. RegNetY160 or teacher.keras.")
+        raise fail(f"--teacher {args.teacher}: neither a .keras file nor a "
+                   "keras.applications model; e.g. RegNetY160 or teacher.keras.")
     if teacher.output_shape[-1] != num_classes:
-        raise fail(command, f"--teacher {args.teacher} predicts {teacher.output_shape[-1]} "
-                                 f"classes but the data has {num_classes}; give a teacher "
-                                 "trained on the same classes.")
+        raise fail(f"--teacher {args.teacher} predicts {teacher.output_shape[-1]} "
+                   f"classes but the data has {num_classes}; give a teacher "
+                   "trained on the same classes.")
     return teacher
 
 
@@ -380,12 +515,13 @@ def _train(model, args, train, validation, distribution, epochs, output_dir, bac
     """One resumable `fit` of `epochs` epochs; returns its History (None if already done)."""
     global_batch = distribution.global_batch_size(args.batch_size)
     steps = stream.steps_per_epoch(train, global_batch)
-    callbacks, backup = run_callbacks(
-        output_dir,
-        os.path.join(output_dir, "backup", backup_name),
-        args.backup_every,
-        monitor="val_accuracy" if validation else "loss",
-    )
+    with user_input(None, ImportError):  # TensorBoard, an extra
+        callbacks, backup = run_callbacks(
+            output_dir,
+            os.path.join(output_dir, "backup", backup_name),
+            args.backup_every,
+            monitor="val_accuracy" if validation else "loss",
+        )
     augmentation = _augmentation(args, train.num_classes)
 
     def stream_from(step):
@@ -394,11 +530,12 @@ def _train(model, args, train, validation, distribution, epochs, output_dir, bac
             shuffle_buffer=args.shuffle_buffer, cache=args.cache,
         )
 
-    history = resume.fit(
-        model, stream_from, epochs, steps, backup=backup, callbacks=callbacks,
-        validation_data=validation, verbose=args.verbose,
-        plan={**_data_plan(args, train), "global batch size": global_batch},
-    )
+    with user_input(None, resume.BackupError):  # a rerun with other flags, a damaged backup
+        history = resume.fit(
+            model, stream_from, epochs, steps, backup=backup, callbacks=callbacks,
+            validation_data=validation, verbose=args.verbose,
+            plan={**_data_plan(args, train), "global batch size": global_batch},
+        )
     with contextlib.suppress(OSError):  # the backups' folder, once no run needs it
         os.rmdir(os.path.dirname(backup.backup_dir))
     return history
@@ -416,8 +553,14 @@ def _new_model(args, classes):
     shape = dict(input_shape=(args.image_size, args.image_size, 3), classes=classes,
                  drop_path_rate=args.drop_path)
     if args.model.lstrip().startswith("{"):
-        return build_cait(**json.loads(args.model), **shape)
+        with user_input(f"--model {args.model}", ValueError, TypeError):
+            return build_cait(**json.loads(args.model), **shape)
     return cait(args.model, weights=None, **shape)
+
+
+def _distribution(args):
+    with user_input(f"--strategy {args.strategy}", ValueError):
+        return distribute.distribution(args.strategy)
 
 
 def _announce(distribution, args, global_batch, steps, peak):
@@ -431,14 +574,15 @@ def _announce(distribution, args, global_batch, steps, peak):
 def train_run(args):
     """Trains `args.model` from scratch; writes best.keras, final.keras (and ema.keras)."""
     _configure(args)
-    distribution = distribute.distribution(args.strategy)
+    distribution = _distribution(args)
     train, validation = _sources(args)
     global_batch = distribution.global_batch_size(args.batch_size)
+    _check_batch(args, train, global_batch)
     steps = stream.steps_per_epoch(train, global_batch)
     output_dir = _output_dir(args, distribution)
     with distribution.scope():
         model = _new_model(args, train.num_classes)
-        fitted = _fitted(model, args, _teacher("train", args, train.num_classes))
+        fitted = _fitted(model, args, _teacher(args, train.num_classes))
         peak = schedule.scaled_learning_rate(global_batch, args.lr)
         _compile(
             fitted, args, peak, args.epochs, steps,
@@ -477,15 +621,15 @@ def _load_backbone(args, keep_head=False):
     """A CaiT at `args.image_size`: a variant with its weights, or a .keras model; without
     its head unless `keep_head`."""
     if args.model.endswith(".keras"):
-        model = load_keras_model("finetune", args.model)
+        model = load_keras_model(args.model)
         if args.image_size is None:
-            args.image_size = _square_side("finetune", model)
+            args.image_size = _square_side(model)
         if model.input_shape[1:3] != (args.image_size, args.image_size):
             model = transfer.at_resolution(model, args.image_size)
         return model
     args.image_size = args.image_size or _named_resolution(args.model)
     weights = None if args.weights.lower() == "none" else args.weights
-    with weights_errors("finetune", weights):
+    with weights_errors(weights):
         head = dict(include_top=True) if keep_head else dict(include_top=False, pooling="token")
         return cait(
             args.model, **head, weights=weights,
@@ -498,20 +642,10 @@ def _named_resolution(model_name):
     return parse_model_name(model_name)[1] or 224
 
 
-def _check_model_name(command, model_name):
-    """A variant name in any of its forms, a .keras path or a JSON object; else one line."""
-    if model_name.endswith(".keras") or model_name.lstrip().startswith("{"):
-        return
-    try:
-        parse_model_name(model_name)
-    except ValueError as error:
-        raise fail(command, f"--model: {error}") from error
-
-
-def _square_side(command, model):
+def _square_side(model):
     height, width = model.input_shape[1:3]
     if height != width:
-        raise fail(command, f"--model takes {height}x{width} images; give --image-size for a "
+        raise fail(f"--model takes {height}x{width} images; give --image-size for a "
                             "square size to run it at.")
     return height
 
@@ -520,7 +654,7 @@ def _check_lora_can_start(output_dir):
     """A LoRA stage cannot resume: Keras saves LoRA merged into the kernel and zeroes A and B on loading."""
     backup = os.path.join(output_dir, "backup", "lora")
     if os.path.exists(backup):
-        raise ValueError(
+        raise fail(
             f"{backup} holds a backup of an interrupted LoRA stage, which cannot be resumed (Keras "
             "saves the LoRA update merged into the kernel, and A = B = 0 would not train); "
             f"remove {backup} to run the LoRA stage again from the trained head."
@@ -531,9 +665,10 @@ def finetune_run(args):
     """Fine-tunes a CaiT; writes head.weights.h5, best.keras, final.keras (and ema.keras)."""
     _apply_recipe(args)
     _configure(args)
-    distribution = distribute.distribution(args.strategy)
+    distribution = _distribution(args)
     train, validation = _sources(args)
     global_batch = distribution.global_batch_size(args.batch_size)
+    _check_batch(args, train, global_batch)
     steps = stream.steps_per_epoch(train, global_batch)
     output_dir = _output_dir(args, distribution)
     head_weights = os.path.join(output_dir, "head.weights.h5")
@@ -546,7 +681,7 @@ def finetune_run(args):
 
     with distribution.scope():
         model = _classifier(args, train.num_classes)
-        teacher = _teacher("finetune", args, train.num_classes)
+        teacher = _teacher(args, train.num_classes)
     validation = _validation(args, validation, global_batch)  # at the backbone's size
     _announce(distribution, args, global_batch, steps, scaled(args.lr))
     if args.head_epochs:
@@ -554,7 +689,9 @@ def finetune_run(args):
               flush=True)
         head_plan = {**_data_plan(args, train), "head epochs": args.head_epochs,
                      "global batch size": global_batch}
-        if _head_is_trained(head_weights, head_plan):
+        with user_input(None, ValueError):  # the head of another plan
+            head_trained = _head_is_trained(head_weights, head_plan)
+        if head_trained:
             model.load_weights(head_weights)
         else:
             transfer.set_backbone_trainable(model, False)
@@ -592,26 +729,28 @@ def finetune_run(args):
 def evaluate_run(args):
     """Prints and returns {"top1": ..., "top5": ..., "images": ...} of the model on the data."""
     keras.mixed_precision.set_global_policy(args.precision)
-    source = sources.source(args.data, _class_names(args), args.tfds_dir)
+    with user_input(f"--data {args.data}", ValueError, ImportError, FileNotFoundError):
+        source = sources.source(args.data, _class_names(args), args.tfds_dir)
     if args.model.endswith(".keras"):
-        model = load_keras_model("evaluate", args.model)
+        model = load_keras_model(args.model)
         if args.image_size is None:
-            args.image_size = _square_side("evaluate", model)
+            args.image_size = _square_side(model)
         elif model.input_shape[1:3] != (args.image_size, args.image_size):
-            raise fail("evaluate", f"--image-size {args.image_size}: the model takes "
+            raise fail(f"--image-size {args.image_size}: the model takes "
                                    f"{model.input_shape[1]}x{model.input_shape[2]} images; "
                                    "leave --image-size out to use the model's size.")
     else:
         args.image_size = args.image_size or _named_resolution(args.model)
         weights = None if args.weights.lower() == "none" else args.weights
-        with weights_errors("evaluate", weights):
+        with weights_errors(weights):
             model = cait(args.model, weights=weights,
                          input_shape=(args.image_size, args.image_size, 3))
     classes = model.output_shape[-1]
     if classes != source.num_classes:
-        raise ValueError(
-            f"The model predicts {classes} classes but {args.data} has {source.num_classes}; "
-            "evaluate on data with the model's classes in the same (sorted) order."
+        raise fail(
+            f"--model {args.model} predicts {classes} classes but --data {args.data} has "
+            f"{source.num_classes}; evaluate on data with the model's classes in the same "
+            "(sorted) order."
         )
     metrics = [keras.metrics.SparseTopKCategoricalAccuracy(1, name="top1")]
     if classes >= 5:
@@ -634,8 +773,15 @@ COMMANDS = {
 
 
 def main(command, argv=None):
-    """Parses `argv` with the command's parser and runs it, e.g. `main("evaluate", [...])`."""
+    """Parses `argv` with the command's parser, checks and runs it, e.g. `main("evaluate", [...])`;
+    a user's mistake raises `CommandFailed` (a SystemExit) after its one line."""
+    import sys
+
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser, run = COMMANDS[command]
-    args = parser().parse_args(argv)
-    _check_model_name(command, args.model)
-    run(args)
+    with reported(command, argv):
+        args = parser().parse_args(argv)
+        if command == "finetune":
+            _apply_recipe(args)
+        check_arguments(command, args)
+        run(args)

@@ -13,7 +13,11 @@ import numpy as np
 _POINTER = "latest.json"
 
 
-class _ChangedPlan(ValueError):
+class BackupError(ValueError):
+    """The backups cannot be resumed from: none is usable, or they are of another plan."""
+
+
+class _ChangedPlan(BackupError):
     """The backup is of a run with other epochs, steps per epoch or batch size."""
 
 
@@ -133,7 +137,7 @@ class ResumableBackup(keras.callbacks.Callback):
                     stacklevel=2,
                 )
             return self.step
-        raise ValueError(
+        raise BackupError(
             f"No usable backup in {self.backup_dir} to resume from: " + "; ".join(unusable)
             + f". Delete the folder to start the run over: rm -r {self.backup_dir}"
         )

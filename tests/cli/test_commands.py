@@ -137,6 +137,7 @@ def test_train_finetune_and_evaluate_are_subcommands_with_their_own_flags(capsys
     with pytest.raises(SystemExit) as done:
         main(["train"])  # --data and --output-dir are required
     assert done.value.code == 2
-    assert "keras-cait train: error: the following arguments are required: --data, --output-dir" in (
-        capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        "keras-cait train: the following arguments are required: --data, --output-dir; "
+        "see keras-cait train --help\n"
     )

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from keras_cait.cli import runs
+from keras_cait.cli.errors import UserError
 
 
 def weights(path):
@@ -48,5 +49,5 @@ def test_deit_highres_finetune_distils_and_keeps_ema_apart(tiny_cait, digits, tm
 )
 def test_distillation_flags_are_checked(flags, message, tmp_path):
     args = runs.train_parser().parse_args(["--data", "d", "--output-dir", str(tmp_path), *flags])
-    with pytest.raises(SystemExit, match=message):
-        runs._teacher("train", args, 10)
+    with pytest.raises(UserError, match=message):
+        runs._teacher(args, 10)

@@ -15,7 +15,7 @@ from keras_cait.cli import main, runs
 def one_line_error(arguments):
     with pytest.raises(SystemExit) as error:
         main(arguments)
-    message = str(error.value.code)
+    message = str(error.value)
     assert "\n" not in message and "Traceback" not in message
     return message
 
@@ -47,7 +47,7 @@ def test_predict_reads_the_images_before_building_the_model(monkeypatch, no_netw
     monkeypatch.setattr(keras_cait.variants, "cait", lambda *a, **k: pytest.fail("model built"))
     missing = str(tmp_path / "missing.jpg")
     message = one_line_error(["predict", missing])
-    assert message == f"keras-cait predict: image {missing!r}: no such file."
+    assert message == f"keras-cait predict: image {missing!r}: no such file; check the path."
 
 
 def test_predict_of_a_truncated_jpeg_is_one_line_naming_the_file(image, tmp_path):

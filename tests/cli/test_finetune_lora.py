@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from keras_cait.cli import runs
+from keras_cait.cli.errors import UserError
 
 
 def _args(model_path, data_dir, output_dir):
@@ -35,5 +36,5 @@ def test_lora_finetune_changes_only_the_projections_and_the_head(tiny_cait, digi
     }
 
     os.makedirs(tmp_path / "run" / "backup" / "lora")
-    with pytest.raises(ValueError, match="cannot be resumed.*remove .*backup/lora"):
+    with pytest.raises(UserError, match="cannot be resumed.*remove .*backup/lora"):
         runs.finetune_run(_args(model_path, data_dir, str(tmp_path / "run")))
