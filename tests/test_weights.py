@@ -276,6 +276,49 @@ def test_timm_checkpoint_loads_into_a_headless_model(timm_reference, tiny_cait):
     timm_reference.assert_matches(logits(model, images), features, "features")
 
 
+def test_timm_checkpoint_of_a_non_square_grid_matches_timm(timm_reference, tiny_cait):
+    """A 2×3 patch grid (32×48 images) loads as it is: timm and Keras agree."""
+    reference = timm_reference.tiny_model(img_size=(32, 48))
+    path = timm_reference.save(reference)
+    images = timm_reference.images(2, 32, 48)
+    expected, _ = timm_reference.outputs(reference, images)
+    model = tiny_cait(input_shape=(32, 48, 3), classifier_activation=None)
+
+    load_weights_file(model, path)
+
+    timm_reference.assert_matches(logits(model, images), expected, "logits")
+
+
+@pytest.mark.parametrize("stated_in", ["metadata", "argument"])
+def test_timm_checkpoint_of_a_non_square_grid_is_resampled_from_its_stated_grid(
+    timm_reference, tiny_cait, stated_in
+):
+    import torch.nn.functional as F
+    from safetensors.numpy import load_file, save_file
+
+    reference = timm_reference.tiny_model(img_size=(32, 48))  # 2×3 patches
+    path = timm_reference.save(reference)
+    state = load_file(path)
+    save_file(state, path, metadata={"grid_size": "2,3"} if stated_in == "metadata" else None)
+    model = tiny_cait(input_shape=(64, 64, 3))  # 4×4 patches
+
+    load_weights_file(model, path, source_grid=(2, 3) if stated_in == "argument" else None)
+
+    grid = reference.pos_embed.detach().double().reshape(1, 2, 3, -1).permute(0, 3, 1, 2)
+    expected = F.interpolate(grid, size=(4, 4), mode="bicubic", align_corners=False)
+    expected = expected.permute(0, 2, 3, 1).reshape(1, 16, -1).numpy()
+    got = keras.ops.convert_to_numpy(model.get_layer("position_embedding").embeddings)
+    assert np.max(np.abs(got - expected)) <= 1e-6 * np.max(np.abs(expected))
+
+
+def test_timm_checkpoint_whose_grid_fits_no_token_count_is_refused(timm_reference, tiny_cait):
+    path = timm_reference.save(timm_reference.tiny_model(img_size=(32, 48)))  # 6 positions
+    with pytest.raises(ValueError, match=r"shape \(1, 6, 64\).*3×3"):
+        load_weights_file(tiny_cait(input_shape=(64, 64, 3)), path, source_grid=(3, 3))
+    with pytest.raises(ValueError, match=r"shape \(1, 6, 64\).*not a square"):
+        load_weights_file(tiny_cait(input_shape=(64, 64, 3)), path)
+
+
 def test_a_file_missing_on_the_server_is_reported_with_its_status(hub, keras_cache):
     with pytest.raises(ConnectionError, match=r"answered 404 .*cait_xxs24_224\.fb_dist_in1k.*weights='/path/to/model\.safetensors'"):
         keras_cait.CaiT_XXS24(weights="imagenet")

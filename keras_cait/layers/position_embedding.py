@@ -37,33 +37,67 @@ def _bicubic_matrix(size_in, size_out):
     return matrix
 
 
-def resize_position_embedding(embedding, grid_size):
+def source_grid_of(embedding, grid_size=None):
+    """The `(rows, cols)` grid that a `(1, tokens, D)` position embedding covers.
+
+    A stated `grid_size` (saved beside the weights) must hold exactly `tokens`
+    positions. Without one (weights saved before the grid was recorded, timm
+    and DeiT checkpoints) the grid is taken to be square, as all released CaiT
+    checkpoints are.
+
+    Raises:
+        ValueError: naming the embedding's shape and the grid it does not fit.
+    """
+    shape = tuple(np.shape(embedding))
+    tokens = shape[1]
+    if grid_size is not None:
+        rows, cols = (int(side) for side in grid_size)
+        if rows * cols != tokens:
+            raise ValueError(
+                f"A position embedding of shape {shape} cannot cover the stated grid "
+                f"{rows}×{cols} ({rows * cols} positions): the weights and their grid "
+                "disagree; save the weights again from the model they belong to."
+            )
+        return rows, cols
+    side = math.isqrt(tokens)
+    if side * side != tokens:
+        raise ValueError(
+            f"A position embedding of shape {shape} states no grid and {tokens} is not "
+            "a square number of patches (e.g. 196 = 14×14): its rows and columns are "
+            "unknown. Pass its grid (source_grid=(rows, cols)), or save the weights "
+            "with this version of keras_cait, which records it."
+        )
+    return side, side
+
+
+def resize_position_embedding(embedding, grid_size, source_grid=None):
     """Resizes a `(1, rows*cols, D)` position embedding to another patch grid.
 
-    Uses bicubic interpolation over the square source grid with half-pixel
-    centres and edge clamping, i.e. `torch.nn.functional.interpolate(...,
-    mode="bicubic", align_corners=False)` as in DeiT's fine-tuning code. CaiT's
-    position embedding has no class-token row, so every row is a grid position.
+    Uses bicubic interpolation over the source grid with half-pixel centres and
+    edge clamping, i.e. `torch.nn.functional.interpolate(..., mode="bicubic",
+    align_corners=False)` as in DeiT's fine-tuning code, rows and columns each
+    at their own scale. CaiT's position embedding has no class-token row, so
+    every row is a grid position.
 
     Args:
-        embedding: array of shape `(1, tokens, D)`, `tokens` a perfect square.
+        embedding: array of shape `(1, tokens, D)`.
         grid_size: target `(rows, cols)`.
+        source_grid: `(rows, cols)` of `embedding`; None: square (see
+            `source_grid_of`).
 
     Returns:
         float32 array of shape `(1, rows*cols, D)`.
     """
     embedding = np.asarray(embedding)
-    tokens, dim = embedding.shape[1], embedding.shape[2]
-    side = math.isqrt(tokens)
-    if side * side != tokens:
-        raise ValueError(
-            f"Cannot resize a position embedding of {tokens} tokens: the source "
-            "grid must be square (e.g. 196 = 14×14) to know its rows and columns."
-        )
+    source_rows, source_cols = source_grid_of(embedding, source_grid)
+    dim = embedding.shape[2]
     rows, cols = grid_size
-    grid = embedding[0].reshape(side, side, dim).astype(np.float64)
+    grid = embedding[0].reshape(source_rows, source_cols, dim).astype(np.float64)
     resized = np.einsum(
-        "rh,hwd,cw->rcd", _bicubic_matrix(side, rows), grid, _bicubic_matrix(side, cols)
+        "rh,hwd,cw->rcd",
+        _bicubic_matrix(source_rows, rows),
+        grid,
+        _bicubic_matrix(source_cols, cols),
     )
     return resized.reshape(1, rows * cols, dim).astype(np.float32)
 
@@ -73,10 +107,14 @@ class PositionEmbedding(keras.layers.Layer):
     """Adds a learned embedding to each patch token: x_p + e_p.
 
     CaiT's position embedding covers the patch grid only (no class-token slot).
-    Weights saved for another grid are resized bicubically when loaded (see
+    Saved weights (`.weights.h5`, `.keras`) record the grid's `(rows, cols)`
+    beside the table, under the key `grid_size`; weights saved for another grid
+    are resized bicubically from that grid when loaded (see
     `resize_position_embedding`), so pretrained weights work at any input size
-    whose sides are multiples of the patch size. The reference names the
-    parameter `pos_embed`.
+    whose sides are multiples of the patch size, square or not. Files written
+    before the record existed load as before: as they are when the table fits,
+    else resized from a square grid. The reference names the parameter
+    `pos_embed`.
 
     Args:
         grid_size: `(rows, cols)` of the patch grid.
@@ -113,10 +151,17 @@ class PositionEmbedding(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         return input_shape
 
+    def save_own_variables(self, store):
+        super().save_own_variables(store)
+        store["grid_size"] = np.array(self.grid_size, dtype="int32")
+
     def load_own_variables(self, store):
         value = np.asarray(store["0"])
-        if value.shape != tuple(self.embeddings.shape):
-            value = resize_position_embedding(value, self.grid_size)
+        stated = tuple(np.asarray(store["grid_size"])) if "grid_size" in store.keys() else None
+        if stated is not None or value.shape != tuple(self.embeddings.shape):
+            source_grid = source_grid_of(value, stated)
+            if source_grid != self.grid_size:
+                value = resize_position_embedding(value, self.grid_size, source_grid)
         self.embeddings.assign(value)
 
     def get_config(self):

@@ -105,7 +105,7 @@ def at_resolution(model, image_size):
     for old, new in zip(model.layers, resized.layers):
         if isinstance(old, PositionEmbedding):
             embeddings = keras.ops.convert_to_numpy(old.embeddings)
-            new.embeddings.assign(resize_position_embedding(embeddings, (grid, grid)))
+            new.embeddings.assign(resize_position_embedding(embeddings, (grid, grid), old.grid_size))
         else:
             new.set_weights(old.get_weights())
         new.trainable = old.trainable

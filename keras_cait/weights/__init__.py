@@ -7,7 +7,9 @@ import warnings
 import keras
 import numpy as np
 
-from keras_cait.weights.convert import load_state_dict, nonfinite_error, read_checkpoint, timm_key_map
+from keras_cait.weights.convert import (
+    checkpoint_grid, load_state_dict, nonfinite_error, read_checkpoint, timm_key_map,
+)
 from keras_cait.weights.download import DownloadError, cache_dir, imagenet_weights, remove_entry
 from keras_cait.weights.registry import CHECKPOINTS
 
@@ -15,6 +17,7 @@ __all__ = [
     "CHECKPOINTS",
     "DownloadError",
     "cache_dir",
+    "checkpoint_grid",
     "imagenet_weights",
     "load_imagenet_weights",
     "load_state_dict",
@@ -79,10 +82,13 @@ def _nonfinite_keras_weights(model, path):
     return names
 
 
-def load_weights_file(model, path, allow_nonfinite=False):
+def load_weights_file(model, path, allow_nonfinite=False, source_grid=None):
     """Loads a .safetensors / .pth (timm or DeiT names) or .weights.h5 file into `model`.
 
     A file holding NaN or inf is refused, naming the tensors, unless `allow_nonfinite`.
+    `source_grid`: the `(rows, cols)` patch grid of a timm/DeiT checkpoint's
+    `pos_embed`, when the file does not state it (see `load_state_dict`);
+    `.weights.h5` files record their own grid.
     """
     path = os.fspath(path)
     if not os.path.isfile(path):
@@ -95,7 +101,7 @@ def load_weights_file(model, path, allow_nonfinite=False):
         model.load_weights(path)
     else:
         load_state_dict(model, read_checkpoint(path), source=f"checkpoint {path}",
-                        allow_nonfinite=allow_nonfinite)
+                        allow_nonfinite=allow_nonfinite, source_grid=source_grid or checkpoint_grid(path))
 
 
 def load_imagenet_weights(model, arch, build_reference_model):

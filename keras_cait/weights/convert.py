@@ -11,7 +11,7 @@ import pickle
 
 import numpy as np
 
-from keras_cait.layers.position_embedding import resize_position_embedding
+from keras_cait.layers.position_embedding import resize_position_embedding, source_grid_of
 
 
 def _linear(x):  # torch Linear weight (out, in) -> Keras Dense kernel (in, out)
@@ -96,13 +96,16 @@ def nonfinite_error(names, source):
     )
 
 
-def load_state_dict(model, state_dict, source="checkpoint", allow_nonfinite=False):
+def load_state_dict(model, state_dict, source="checkpoint", allow_nonfinite=False, source_grid=None):
     """Assigns a timm-named state_dict (name -> numpy array) to `model`, strictly.
 
     Every key of the map must be present with the right shape, and no other key
-    may be present (the head's keys are allowed when the model has no head). A
-    position embedding of another square grid is resized bicubically. Tensors
-    holding NaN or inf are refused unless `allow_nonfinite`.
+    may be present (the head's keys are allowed when the model has no head).
+    A position embedding of another grid is resized bicubically from
+    `source_grid`, its `(rows, cols)`; timm's `pos_embed` does not record its
+    grid, so without `source_grid` it is taken to be square, as in every
+    released checkpoint (`checkpoint_grid` reads a grid stated in the file).
+    Tensors holding NaN or inf are refused unless `allow_nonfinite`.
 
     Raises:
         ValueError: naming the missing, unexpected, wrongly shaped or
@@ -121,9 +124,8 @@ def load_state_dict(model, state_dict, source="checkpoint", allow_nonfinite=Fals
             continue
         value = np.asarray(state_dict[key], dtype="float32")
         value = transform(value) if transform else value
-        if key == "pos_embed" and value.shape != tuple(variable.shape):
-            if value.ndim == 3 and value.shape[2] == variable.shape[2]:
-                value = resize_position_embedding(value, model.get_layer("position_embedding").grid_size)
+        if key == "pos_embed" and value.ndim == 3 and value.shape[2] == variable.shape[2]:
+            value = _fit_position_embedding(value, model, source_grid)
         if value.shape != tuple(variable.shape):
             wrong_shapes.append(f"{key} {tuple(np.shape(state_dict[key]))}")
             continue
@@ -147,6 +149,44 @@ def load_state_dict(model, state_dict, source="checkpoint", allow_nonfinite=Fals
         raise nonfinite_error(nonfinite, source)
     for variable, value in values.values():
         variable.assign(value)
+
+
+def _fit_position_embedding(value, model, source_grid):
+    grid_size = model.get_layer("position_embedding").grid_size
+    if source_grid is None and value.shape[1] == grid_size[0] * grid_size[1]:
+        return value  # no grid stated and the table fits: as it is
+    source_grid = source_grid_of(value, source_grid)
+    if source_grid == grid_size:
+        return value
+    return resize_position_embedding(value, grid_size, source_grid)
+
+
+def checkpoint_grid(path):
+    """The patch grid `(rows, cols)` a checkpoint states for its `pos_embed`, or None.
+
+    A `.safetensors` file states it in its metadata as `grid_size` = `"rows,cols"`
+    (`safetensors.torch.save_file(..., metadata={"grid_size": "9,16"})`); timm
+    and DeiT's own files state none.
+    """
+    path = str(path)
+    if not path.endswith(".safetensors"):
+        return None
+    from safetensors import safe_open
+
+    try:
+        with safe_open(path, framework="numpy") as file:
+            stated = (file.metadata() or {}).get("grid_size")
+    except Exception as error:  # safetensors' own error type is not public
+        raise _unreadable(path, "safetensors", error) from error
+    if stated is None:
+        return None
+    try:
+        rows, cols = (int(side) for side in stated.split(","))
+    except ValueError as error:
+        raise ValueError(
+            f"{path}: metadata grid_size={stated!r} is not 'rows,cols', e.g. '14,14'."
+        ) from error
+    return rows, cols
 
 
 def _unreadable(path, kind, error):
