@@ -1,7 +1,7 @@
 """keras_cait: CaiT ("Going deeper with Image Transformers") for Keras 3.
 
 `import keras_cait` loads what inference needs: the layers, the model, the
-variants and their weights, preprocessing and attention maps. The training
+variants and their weights, preprocessing, attention maps and block features. The training
 recipe (`keras_cait.training`) and the exporters (`keras_cait.export_*`) are
 TensorFlow modules (tf.data, SavedModel) and load on first use.
 TensorFlow's start-up INFO lines are left out (see `keras_cait.startup_log`).
@@ -16,6 +16,7 @@ with quiet_tensorflow_startup():
 
 from keras_cait import layers
 from keras_cait.attention import AttentionMaps, attention_maps
+from keras_cait.features import feature_extractor, forward_intermediates
 from keras_cait.preprocessing import decode_predictions, preprocess_input
 from keras_cait.variants import (
     VARIANTS,
