@@ -50,8 +50,10 @@ from keras_cait.preprocessing import imagenet_classes
 from keras_cait.training.lora import merge_lora
 
 QUANTIZATIONS = (None, "dynamic_int8")
-# Keras' own `model.quantize` modes that the SavedModel and ONNX exports take.
-KERAS_QUANTIZATIONS = (None, "int8")
+# Keras' own `model.quantize` modes that the SavedModel export takes (docs/export.md).
+KERAS_QUANTIZATIONS = (None, "int8", "int4", "float8")
+# ... and the ONNX export: tf2onnx unpacks int4 kernels to float32 and has no float8.
+ONNX_QUANTIZATIONS = (None, "int8")
 
 
 def export_saved_model(
@@ -69,9 +71,12 @@ def export_saved_model(
             ImageNet names for 1000 classes and must be given otherwise.
         from_logits: whether the model outputs logits (they get a softmax);
             by default read from the model's last layer activation.
-        quantization: None (float) or "int8": every Dense kernel stored as
-            int8 and its inputs quantised per token (Keras `model.quantize`, on
-            a copy; see docs/export.md for its accuracy and speed).
+        quantization: None (float), "int8" (every Dense kernel stored as int8
+            and its inputs quantised per token), "int4" (kernels as int4, two
+            to a byte, inputs int8 per token) or "float8" (Keras' float8:
+            kernels and inputs rounded to float8 with scales, kernels kept in
+            float32): Keras `model.quantize` on a copy; see docs/export.md for
+            each mode's accuracy and size.
         overwrite: replace an existing version folder.
 
     The folder is written beside `path` under a hidden name and renamed into
@@ -241,7 +246,7 @@ def export_openvino(model, path, *, quantization=None, overwrite=False):
 
 
 def _quantized(model, path, quantization):
-    """`model`, or its Keras int8 copy (`model.quantize` on every Dense); `model` itself is kept."""
+    """`model`, or its Keras-quantised copy (`model.quantize` on every Dense); `model` itself is kept."""
     _check_quantization(path, quantization)
     if quantization is None:
         return model
@@ -441,9 +446,19 @@ def _check_quantization(path, quantization):
             "fully_connected takes no int8 activations); use quantization='dynamic_int8', "
             "TFLite's own int8 weights."
         )
+    if path.endswith(".onnx") and quantization not in ONNX_QUANTIZATIONS:
+        raise ValueError(
+            f"quantization={quantization!r}: must be one of {ONNX_QUANTIZATIONS}, e.g. 'int8', for "
+            "ONNX (tf2onnx unpacks int4 kernels to float32, no smaller than float, and has no "
+            "float8); export a SavedModel for 'int4' or 'float8'."
+        )
     allowed = QUANTIZATIONS if path.endswith(".tflite") else KERAS_QUANTIZATIONS
     if not path.endswith(".xml") and quantization not in allowed:
-        raise ValueError(f"quantization={quantization!r}: must be one of {allowed}, e.g. {allowed[1]!r}.")
+        smaller = " or ".join(repr(mode) for mode in allowed[2:])
+        raise ValueError(
+            f"quantization={quantization!r}: must be one of {allowed[:2]}, e.g. {allowed[1]!r}"
+            + (f", or Keras' smaller {smaller}." if smaller else ".")
+        )
 
 
 def _check_version_folder(path, overwrite):

@@ -237,8 +237,9 @@ def build_parser():
     e.add_argument("--model", default="cait_s24_224", help="cait_<variant>[_<resolution>] (default: %(default)s)")
     e.add_argument("--weights", default="imagenet", help="imagenet, none, or a checkpoint path (default: %(default)s)")
     e.add_argument("--top-k", type=int, help="SavedModel only: classes in the top_k outputs (default: 5)")
-    e.add_argument("--quantization", choices=["int8", "dynamic_int8"],
-                   help="int8: Keras int8 (SavedModel, ONNX); dynamic_int8: TFLite int8 weights (LiteRT)")
+    e.add_argument("--quantization", choices=["int8", "int4", "float8", "dynamic_int8"],
+                   help="int8: Keras int8 (SavedModel, ONNX); int4, float8: Keras int4 / float8 (SavedModel); "
+                        "dynamic_int8: TFLite int8 weights (LiteRT)")
     e.add_argument("--overwrite", action="store_true", help="replace an existing version folder or file")
     add_debug_flag(e)
     e.set_defaults(run=export)
