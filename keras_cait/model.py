@@ -216,6 +216,34 @@ class ClassAttentionBlock(_ResidualBlock):
 PREDICT_BATCH_SIZE = 32  # Keras' default batch_size of predict
 
 
+def channels_last_shape(input_shape):
+    """`(height, width, channels)` of an input shape given in `keras.config.image_data_format()`.
+
+    Under "channels_first" the constructors take `(channels, height, width)`, as
+    keras.applications do, and the model transposes its input to channels last
+    once, first thing (the patch convolution then runs channels last on every
+    backend, TensorFlow's CPU kernels included, and the weights are the same).
+    """
+    input_shape = tuple(input_shape)
+    if keras.config.image_data_format() != "channels_first" or len(input_shape) != 3:
+        return input_shape
+    channels, height, width = input_shape
+    if width in (1, 3, 4) and channels not in (1, 3, 4):
+        raise ValueError(
+            f"input_shape {input_shape}: keras.config.image_data_format() is 'channels_first', so "
+            f"input shapes are (channels, height, width), e.g. ({width}, {channels}, {height}); or "
+            "keras.config.set_image_data_format('channels_last') for (height, width, channels)."
+        )
+    return (height, width, channels)
+
+
+def image_shape(height, width, channels=3):
+    """An input shape of `height`×`width` images in `keras.config.image_data_format()`."""
+    if keras.config.image_data_format() == "channels_first":
+        return (channels, height, width)
+    return (height, width, channels)
+
+
 def check_input_shape(input_shape, patch_size):
     """Raises a ValueError unless `input_shape` is (H, W, C) with H, W multiples of the patch."""
     if len(input_shape) != 3:
@@ -416,11 +444,15 @@ def build_cait(
         inputs = input_tensor
     else:
         inputs = keras.Input(shape=tuple(input_shape), name="images")
+    channels_first = keras.config.image_data_format() == "channels_first"
+    input_shape = channels_last_shape(input_shape)
     check_input_shape(input_shape, patch_size)
     grid_size = (input_shape[0] // patch_size, input_shape[1] // patch_size)
 
     # === Patches and positions ===
     x = inputs
+    if channels_first:
+        x = keras.layers.Permute((2, 3, 1), name="channels_last")(x)
     if include_preprocessing and input_shape[2] != 3:
         raise ValueError(
             f"input_shape {tuple(input_shape)}: include_preprocessing normalises RGB images "
@@ -461,7 +493,7 @@ def build_cait(
     )
     if pooling == "token" or (include_top and pooling is None):
         # LayerNorm is per token, so normalising the class token alone is exact.
-        pool = keras.layers.Flatten(name="token_pool", dtype=head_dtype)
+        pool = keras.layers.Flatten(data_format="channels_last", name="token_pool", dtype=head_dtype)
         features = pool(final_norm(class_token))
     else:
         tokens = keras.layers.Concatenate(axis=1, name="tokens")([class_token, patches])
@@ -470,7 +502,9 @@ def build_cait(
             # Pooled from the whole sequence, so that the class-attention blocks stay in
             # the graph (and in the weights) as in the reference, whose "avg" mode
             # computes them too.
-            pool = keras.layers.GlobalAveragePooling1D(name="avg_pool", dtype=head_dtype)
+            pool = keras.layers.GlobalAveragePooling1D(
+                data_format="channels_last", name="avg_pool", dtype=head_dtype
+            )
             features = pool(features[:, 1:])
 
     if include_top:

@@ -8,7 +8,7 @@ deepest models, as in the reference (timm `cait.py`, facebookresearch/deit).
 import logging
 import os
 
-from keras_cait.model import build_cait
+from keras_cait.model import build_cait, channels_last_shape, image_shape
 from keras_cait.weights import CHECKPOINTS, load_imagenet_weights, load_weights_file
 
 #                  width          depth      heads         LayerScale init
@@ -114,8 +114,10 @@ def cait(
             input_shape = tuple(input_tensor.shape[1:])
         else:
             side = resolution or default_resolution(variant)
-            input_shape = (side, side, 3)
+            input_shape = image_shape(side, side)
     input_shape = tuple(input_shape)
+    # build_cait names a shape of another rank; these serve the checks before it.
+    height, width, channels = channels_last_shape(input_shape) if len(input_shape) == 3 else (None,) * 3
 
     if isinstance(weights, (bytes, bytearray)):
         raise TypeError(
@@ -133,10 +135,10 @@ def cait(
         raise ValueError(f"weights={weights!r}: unknown weights name; must be {WEIGHTS_ALLOWED}.")
     if pretrained and weights != "imagenet" and not os.path.isfile(weights):
         raise FileNotFoundError(f"weights={weights!r}: no such file; must be {WEIGHTS_ALLOWED}.")
-    if pretrained and len(input_shape) == 3 and input_shape[2] != 3:
+    if pretrained and len(input_shape) == 3 and channels != 3:
         raise ValueError(
             f"input_shape {input_shape}: pretrained weights need 3 channels (RGB), e.g. "
-            f"({input_shape[0]}, {input_shape[1]}, 3); for {input_shape[2]} channels use "
+            f"{image_shape(height, width)}; for {channels} channels use "
             "weights=None, include_preprocessing=False."
         )
     if weights == "imagenet" and include_top and classes != 1000:
@@ -147,7 +149,7 @@ def cait(
 
     arch = None
     if weights == "imagenet":
-        arch = select_checkpoint(variant, input_shape[0], input_shape[1])
+        arch = select_checkpoint(variant, height, width)
     model = build_cait(
         **config,
         include_top=include_top,
@@ -163,7 +165,7 @@ def cait(
     if arch is not None:
         side = CHECKPOINTS[arch]["resolution"]
         load_imagenet_weights(
-            model, arch, lambda: build_cait(**config, input_shape=(side, side, 3), name=arch)
+            model, arch, lambda: build_cait(**config, input_shape=image_shape(side, side), name=arch)
         )
     elif pretrained:
         load_weights_file(model, weights)

@@ -41,6 +41,7 @@ class PatchEmbedding(keras.layers.Layer):
             self.embed_dim,
             self.patch_size,
             strides=self.patch_size,
+            data_format="channels_last",  # whatever keras.config.image_data_format() says
             kernel_initializer=torch_default_uniform(fan_in),
             bias_initializer=torch_default_uniform(fan_in),
             name="projection",
