@@ -1,10 +1,11 @@
-"""What Keras int8 (`model.quantize("int8")`) costs against float32 on real photos.
+"""What Keras int8, int4 and float8 (`model.quantize(mode)`) cost against float32 on real photos.
 
-    python scripts/int8_photos.py --output int8_photos.json
+    python scripts/int8_photos.py --output int8_photos.json [--modes int8 int4 float8]
 
 The two photos scikit-learn ships (`load_sample_images`: china.jpg, flower.jpg,
 640×427) go through the reference evaluation crop to 224×224 and into CaiT_XXS24 and
-CaiT_S24 in float32 and in int8. No pretrained weights can be downloaded here, so
+CaiT_S24 in float32 and in each mode; the size is of the model's `.weights.h5` file.
+No pretrained weights can be downloaded here, so
 the weights are random, in two ways that bracket a trained model:
 
     init     the constructors' own initialisation: LayerScale 1e-5, so every block is
@@ -13,6 +14,9 @@ the weights are random, in two ways that bracket a trained model:
     random   every weight N(0, 0.05), LayerNorm scales 1 + N(0, 0.05): LayerScale 0.05
              and random attention make the 24 blocks chaotic, so that any rounding
              grows through the depth.
+
+Keras' float8 is its float8 training mode: kernels and inputs are rounded to
+float8 (e4m3) with scales in each call, the kernels themselves stay float32.
 
 Random-weight logits are not ImageNet predictions; top-1/top-5 agreement on two
 images is an illustration only.
@@ -48,7 +52,17 @@ def randomised(model, seed=0):
     return model
 
 
-def compare(variant, weights, images):
+def weights_size(model):
+    """Bytes of `model`'s .weights.h5 file."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "model.weights.h5")
+        model.save_weights(path)
+        return os.path.getsize(path)
+
+
+def compare(variant, weights, images, mode):
     import keras
     import numpy as np
 
@@ -59,34 +73,44 @@ def compare(variant, weights, images):
         model = randomised(model)
     quantized = keras.Model.from_config(model.get_config())
     quantized.set_weights(model.get_weights())
-    quantized.quantize("int8", filters=lambda layer: isinstance(layer, keras.layers.Dense))
-    full, int8 = model.predict(images, verbose=0), quantized.predict(images, verbose=0)
-    top5 = [len(set(np.argsort(-a)[:5]) & set(np.argsort(-b)[:5])) / 5 for a, b in zip(full, int8)]
+    quantized.quantize(mode, filters=lambda layer: isinstance(layer, keras.layers.Dense))
+    full, changed = model.predict(images, verbose=0), quantized.predict(images, verbose=0)
+    top5 = [len(set(np.argsort(-a)[:5]) & set(np.argsort(-b)[:5])) / 5 for a, b in zip(full, changed)]
     return dict(
         variant=variant,
         weights=weights,
-        relative_logit_change=float(np.linalg.norm(int8 - full) / np.linalg.norm(full)),
-        max_logit_change_over_range=float(np.abs(int8 - full).max() / np.ptp(full)),
-        top1_agreement=float((full.argmax(-1) == int8.argmax(-1)).mean()),
+        mode=mode,
+        relative_logit_change=float(np.linalg.norm(changed - full) / np.linalg.norm(full)),
+        max_logit_change_over_range=float(np.abs(changed - full).max() / np.ptp(full)),
+        top1_agreement=float((full.argmax(-1) == changed.argmax(-1)).mean()),
         top5_overlap=float(np.mean(top5)),
         images=len(images),
+        float32_bytes=weights_size(model),
+        quantized_bytes=weights_size(quantized),
     )
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output", required=True)
+    parser.add_argument("--modes", nargs="+", default=["int8", "int4", "float8"],
+                        choices=["int8", "int4", "float8"])
     args = parser.parse_args()
     images = photos()
-    rows = [compare(variant, weights, images) for variant in VARIANTS for weights in ("init", "random")]
+    rows = [
+        compare(variant, weights, images, mode)
+        for variant in VARIANTS for weights in ("init", "random") for mode in args.modes
+    ]
     with open(args.output, "w") as file:
         json.dump(rows, file, indent=1)
-    print("| model | weights | ‖int8 − f32‖ / ‖f32‖ (logits) | max change / logit range | top-1 agreement "
-          "| top-5 overlap |")
-    print("|---|---|---|---|---|---|")
+    print("| model | weights | mode | ‖q − f32‖ / ‖f32‖ (logits) | max change / logit range | top-1 agreement "
+          "| top-5 overlap | .weights.h5 (float32) |")
+    print("|---|---|---|---|---|---|---|---|")
+    mib = 2.0 ** 20
     for row in rows:
-        print(f"| CaiT_{row['variant']} | {row['weights']} | {row['relative_logit_change']:.2e} | "
-              f"{row['max_logit_change_over_range']:.2e} | {row['top1_agreement']:.0%} | {row['top5_overlap']:.0%} |")
+        print(f"| CaiT_{row['variant']} | {row['weights']} | {row['mode']} | {row['relative_logit_change']:.2e} | "
+              f"{row['max_logit_change_over_range']:.2e} | {row['top1_agreement']:.0%} | {row['top5_overlap']:.0%} | "
+              f"{row['quantized_bytes'] / mib:.1f} MiB ({row['float32_bytes'] / mib:.1f} MiB) |")
 
 
 if __name__ == "__main__":
