@@ -249,6 +249,7 @@ CPU_PATHS = {
     "keras-tf-bf16": ("keras", "tensorflow", False, True),
     "keras-tf-xla-bf16": ("keras", "tensorflow", True, True),
     "keras-jax-bf16": ("keras", "jax", True, True),
+    "keras-tf-bf16-half-stream": ("keras", "tensorflow", False, True),
 }
 CPU_REFERENCE = "timm-eager"
 CPU_LABELS = {
@@ -261,6 +262,7 @@ CPU_LABELS = {
     "keras-tf-bf16": "keras_cait, TensorFlow, `mixed_bfloat16`",
     "keras-tf-xla-bf16": "keras_cait, TensorFlow + XLA, `mixed_bfloat16`",
     "keras-jax-bf16": "keras_cait, JAX, `mixed_bfloat16`",
+    "keras-tf-bf16-half-stream": "keras_cait, TensorFlow, `mixed_bfloat16`, bfloat16 residual stream",
 }
 CPU_PACKAGES = ("torch", "timm", "tensorflow", "keras", "jax", "jaxlib")
 
@@ -287,6 +289,17 @@ def _set_cpu_threads(path, threads):
         torch.set_num_interop_threads(1)
 
 
+def _half_residual_stream():
+    """A lever measured, not a recipe: the residual stream, LayerNorms and head in the half
+    compute dtype too (keras_cait keeps them float32 under a mixed policy, as timm's AMP does)."""
+    import keras
+
+    from keras_cait import model
+
+    model.float32_if_mixed = lambda policy: keras.dtype_policies.get(policy).name
+    model._ResidualBlock.input_dtype = property(lambda block: block.dtype_policy.compute_dtype)
+
+
 def cpu_training_step(path, config, classes, architecture, image_size, batch_size):
     """`run(_) -> loss` of one training step of `path` on a fixed random batch."""
     framework, backend, compiled, bfloat16 = CPU_PATHS[path]
@@ -296,6 +309,8 @@ def cpu_training_step(path, config, classes, architecture, image_size, batch_siz
         return lambda _: step().detach().float().numpy()
     import numpy as np
 
+    if path.endswith("-half-stream"):
+        _half_residual_stream()
     policy = "mixed_bfloat16" if bfloat16 else "float32"
     model = keras_training_model(config, classes, image_size, policy, jit_compile=compiled)
     rng = np.random.default_rng(0)

@@ -76,7 +76,7 @@ def test_smoke_run_of_keras_jax_without_tensorflow_and_of_timm(tmp_path):
 
 # torch.compile is left out (minutes of C++ compilation on a CPU); every other path runs.
 CPU_PATHS = ["timm-bf16", "keras-tf", "keras-tf-xla", "keras-jax", "keras-tf-bf16", "keras-tf-xla-bf16",
-             "keras-jax-bf16"]
+             "keras-jax-bf16", "keras-tf-bf16-half-stream"]
 
 
 def test_cpu_smoke_run_times_every_training_step_in_turns(tmp_path):
