@@ -35,7 +35,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import re
 import statistics
 import subprocess
@@ -44,6 +43,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_harness import CEILING, Worker, load_all, machine_state, protocol_channel  # noqa: E402
+from bench_harness import matmul_ceiling, median_ratios, serve, timed_rounds, write_json  # noqa: E402
 from benchmark_training import forward_flops  # noqa: E402
 
 VARIANTS = {  # keras_cait variant -> timm architecture at 224
@@ -53,10 +54,10 @@ VARIANTS = {  # keras_cait variant -> timm architecture at 224
     "M48": "cait_m48_448",
 }
 SMOKE = dict(embed_dim=32, depth=1, num_heads=2, init_values=0.1, patch_size=8, image_size=32, classes=10)
-CEILING = "matmul-ceiling"
 REFERENCE = "timm-eager"
 # Paths whose outputs are probabilities (the serving signature adds the softmax).
 PROBABILITIES = {"keras-saved-model"}
+PACKAGES = ("torch", "timm", "tensorflow", "keras", "onnxruntime", "openvino")
 
 
 # === Models ===
@@ -306,28 +307,6 @@ LABELS = {
 }
 
 
-def _matmul_ceiling(spec, batches, workdir, threads):
-    """fp32 GEMM, n=2048, by TensorFlow (oneDNN) and torch (MKL): the faster is the ceiling."""
-    import numpy as np
-    import tensorflow as tf
-    import torch
-
-    n = 2048
-    a = np.random.RandomState(0).normal(size=(n, n)).astype("float32")
-    tf_a, torch_a = tf.constant(a), torch.from_numpy(a)
-    tf_matmul = tf.function(lambda x: tf.matmul(x, x))
-
-    def run(_):
-        best = math.inf
-        for call in (lambda: tf_matmul(tf_a).numpy(), lambda: torch.mm(torch_a, torch_a).numpy()):
-            start = time.perf_counter()
-            call()
-            best = min(best, time.perf_counter() - start)
-        return 2 * n**3 / best / 1e9
-
-    return run
-
-
 # === Worker: loads one path, then answers "time" requests ===
 
 
@@ -348,67 +327,14 @@ def _set_threads(path, threads):
         torch.set_num_interop_threads(1)
 
 
-def _versions():
-    import importlib.metadata
-
-    names = ("torch", "timm", "tensorflow", "keras", "onnxruntime", "openvino")
-    return {name: importlib.metadata.version(name) for name in names}
-
-
 def worker(path, spec, batches, workdir, threads):
-    channel = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)  # whatever a library prints goes to the log, not into the protocol
+    channel = protocol_channel()
     _set_threads(path, threads)
     start = time.perf_counter()
-    loader = _matmul_ceiling if path == CEILING else PATHS[path]
-    run = loader(spec, batches, workdir, threads)
-    inputs = {batch: images(spec, batch) for batch in batches}
-    outputs = {}
-    for batch in batches:  # compiles, traces and warms up every shape before any timing
-        for _ in range(2):
-            outputs[batch] = run(inputs[batch])
-    ready = {"load_seconds": time.perf_counter() - start}
-    if path != CEILING:
-        ready["outputs"] = {batch: outputs[batch].tolist() for batch in batches}
-    channel.write(json.dumps(ready) + "\n")
-    for line in sys.stdin:
-        request = json.loads(line)
-        if path == CEILING:
-            rates = [run(None) for _ in range(3)]
-            channel.write(json.dumps({"gflops": max(rates)}) + "\n")
-            continue
-        batch, times = request["batch"], []
-        deadline = time.perf_counter() + request["seconds"]
-        while time.perf_counter() < deadline or len(times) < 2:
-            begin = time.perf_counter()
-            run(inputs[batch])
-            times.append(time.perf_counter() - begin)
-        channel.write(json.dumps({"images_per_second": batch / statistics.median(times),
-                                  "calls": len(times)}) + "\n")
-
-
-class Worker:
-    def __init__(self, path, spec, batches, workdir, threads, log):
-        command = [sys.executable, os.path.abspath(__file__), "--worker", path, "--spec", json.dumps(spec),
-                   "--batches", *map(str, batches), "--workdir", workdir, "--threads", str(threads)]
-        self.path, self.log = path, log
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=open(log, "w"), text=True, bufsize=1)
-
-    def read(self):
-        line = self.process.stdout.readline()
-        if not line:
-            tail = open(self.log).read()[-3000:]
-            raise RuntimeError(f"worker {self.path} died; the end of {self.log}:\n{tail}")
-        return json.loads(line)
-
-    def ask(self, **request):
-        self.process.stdin.write(json.dumps(request) + "\n")
-        return self.read()
-
-    def close(self):
-        self.process.stdin.close()
-        self.process.wait()
+    if path == CEILING:
+        return serve(channel, matmul_ceiling(), {}, ceiling=True, started=start)
+    run = PATHS[path](spec, batches, workdir, threads)
+    serve(channel, run, {batch: images(spec, batch) for batch in batches}, started=start)
 
 
 # === The run: load all, then rounds of turns ===
@@ -429,25 +355,14 @@ def measure_variant(variant, batches, paths, args, workdir):
     spec = _spec(variant)
     save_random_checkpoint(spec, workdir)
     # Loaded side by side: tracing, exports and torch.compile are mostly single-threaded.
-    workers = {path: Worker(path, spec, batches, workdir, args.threads,
-                            os.path.join(args.logs, f"{variant}-{path}.log"))
+    arguments = ["--spec", json.dumps(spec), "--batches", *map(str, batches), "--workdir", workdir,
+                 "--threads", str(args.threads)]
+    workers = {path: Worker(__file__, path, arguments, os.path.join(args.logs, f"{variant}-{path}.log"))
                for path in (*paths, CEILING)}
-    for path, worker_ in workers.items():
-        worker_.ready = worker_.read()
-        print(f"  {variant} {path}: loaded in {worker_.ready['load_seconds']:.0f} s", flush=True)
+    load_all(workers, variant)
     flops = forward_flops(spec["image_size"], spec["patch_size"], spec["embed_dim"], spec["depth"],
                           spec["num_heads"], spec["classes"])
-    speeds = {(batch, path): [] for batch in batches for path in paths}
-    ceilings = []
-    order = list(paths)
-    for round_index in range(args.rounds):
-        ceilings.append(workers[CEILING].ask()["gflops"])
-        for batch in batches:
-            for path in order:
-                result = workers[path].ask(batch=batch, seconds=args.seconds)
-                speeds[batch, path].append(result["images_per_second"])
-        order = order[1:] + order[:1]
-        print(f"  {variant} round {round_index + 1}/{args.rounds} done", flush=True)
+    speeds, ceilings, memory = timed_rounds(workers, paths, batches, args.rounds, args.seconds, variant)
     for worker_ in workers.values():
         worker_.close()
 
@@ -459,11 +374,11 @@ def measure_variant(variant, batches, paths, args, workdir):
             samples = speeds[batch, path]
             row = dict(variant=variant, batch=batch, path=path, images_per_second=statistics.median(samples),
                        rounds=samples, gflops=statistics.median(samples) * flops / 1e9,
-                       ceiling_gflops=ceiling, forward_gflops_per_image=flops / 1e9)
+                       ceiling_gflops=ceiling, forward_gflops_per_image=flops / 1e9,
+                       peak_memory_mb=memory[path])
             row["fraction_of_ceiling"] = row["gflops"] / ceiling
             if reference is not None:
-                ratios = [s / r for s, r in zip(samples, speeds[batch, REFERENCE])]
-                row["ratio_to_timm_eager"] = statistics.median(ratios)
+                row["ratio_to_timm_eager"] = median_ratios(samples, speeds[batch, REFERENCE])
                 row["max_relative_difference"] = _max_relative_difference(
                     workers[path].ready["outputs"][str(batch)], reference, path in PROBABILITIES)
             rows.append(row)
@@ -583,17 +498,11 @@ def main():
             variant_dir = os.path.join(workdir, variant)
             os.makedirs(variant_dir)
             rows += measure_variant(variant, batches, paths, args, variant_dir)
-    machine = dict(
-        machine=platform.machine(), processor=platform.processor(), cores=os.cpu_count(), threads=args.threads,
-        load_average_start=start_load, load_average_end=os.getloadavg(), wall_seconds=time.time() - started,
-        rounds=args.rounds, seconds_per_turn=args.seconds, python=platform.python_version(), **_versions(),
-    )
+    machine = machine_state(args.threads, args.rounds, args.seconds, start_load, started, PACKAGES)
     print(machine_text(machine))
     print(markdown(rows))
     if args.output:
-        with open(args.output + ".part", "w") as file:
-            json.dump({"machine": machine, "rows": rows}, file, indent=1)
-        os.replace(args.output + ".part", args.output)
+        write_json({"machine": machine, "rows": rows}, args.output)
 
 
 if __name__ == "__main__":

@@ -21,15 +21,36 @@ On the GPU machine (PyTorch, JAX and timm, no TensorFlow):
 
 `--smoke` runs a tiny CaiT at 32×32 for a few steps on whatever device there is
 (CPU here), to check every path and the FLOP count against FlopCounterMode.
+
+On a CPU (`--cpu`), every path is one persistent worker timed in turns by the
+harness that scripts/benchmark.py uses (scripts/bench_harness.py): one training
+step on a fixed batch (forward + backward + AdamW with DeiT's decay set, drop path
+0.1, cross-entropy on logits), keras_cait through `train_on_batch` (the step `fit`
+runs) on TensorFlow, TensorFlow + XLA and JAX, each in float32 and
+`mixed_bfloat16`, against timm eager, torch.compile and timm under
+`torch.autocast(bfloat16)`. It reports images/s, the ratio to timm eager (median
+of per-round ratios), GFLOP/s (3 × forward) against the fp32 matmul ceiling, and
+each worker's peak memory. Training workers hold GBs of activations, so at most
+`--alive` paths (timm eager among them, the reference of every group) are
+loaded at once; each group is timed in its own rounds:
+
+    python scripts/benchmark_training.py --cpu --output training_cpu.json
+    python scripts/benchmark_training.py --cpu --smoke                   # every path, tiny model
 """
 
 import argparse
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_harness  # noqa: E402
+from bench_harness import CEILING, Worker, load_all, machine_state, median_ratios, timed_rounds  # noqa: E402
 
 VARIANTS = {  # embed_dim, depth, heads, timm architecture
     "S24": dict(embed_dim=384, depth=24, num_heads=8, init_values=1e-5, timm="cait_s24_224"),
@@ -37,6 +58,8 @@ VARIANTS = {  # embed_dim, depth, heads, timm architecture
 }
 SMOKE = dict(embed_dim=32, depth=1, num_heads=2, init_values=0.1, patch_size=8)
 SMOKE_CLASSES = 10
+DROP_PATH_RATE = 0.1
+LEARNING_RATE = 5e-4
 WORKERS = ("keras", "timm-eager", "timm-compile")
 # Dense bf16 tensor-core peaks from NVIDIA's datasheets, in TFLOP/s.
 PEAK_BF16_TFLOPS = {"H100 PCIe": 756.0, "H100": 989.4, "H200": 989.4, "A100": 312.0}
@@ -81,29 +104,77 @@ def _config(args):
     return variant, 1000, variant.pop("timm")
 
 
+# === One training step, as each framework takes it ===
+
+
+def keras_training_model(config, classes, image_size, policy, jit_compile):
+    """keras_cait's model compiled for training: DeiT's AdamW, drop path 0.1, cross-entropy on logits."""
+    import keras
+
+    from keras_cait.model import build_cait
+    from keras_cait.training import adamw
+
+    keras.mixed_precision.set_global_policy(policy)
+    model = build_cait(
+        **config, input_shape=(image_size, image_size, 3), classes=classes,
+        classifier_activation=None, drop_path_rate=DROP_PATH_RATE,
+    )
+    model.compile(
+        optimizer=adamw(model, LEARNING_RATE),
+        loss=keras.losses.CategoricalCrossentropy(from_logits=True),
+        jit_compile=jit_compile,
+    )
+    return model
+
+
+def timm_training_step(config, classes, architecture, image_size, batch_size, device, compiled, bfloat16):
+    """timm's model, its AdamW param groups (DeiT's decay set), drop path 0.1 and a step function.
+
+    Returns (model, step): `step()` runs forward + backward + AdamW on a fixed
+    random batch and returns the loss.
+    """
+    import timm
+    import torch
+    from timm.optim import create_optimizer_v2
+
+    if "patch_size" in config:  # the smoke model has no timm architecture name
+        config = {k: v for k, v in config.items() if k != "init_values"}
+        model = timm.models.cait.Cait(img_size=image_size, num_classes=classes, init_values=SMOKE["init_values"],
+                                      drop_path_rate=DROP_PATH_RATE, **config)
+    else:
+        model = timm.create_model(architecture, pretrained=False, num_classes=classes,
+                                  drop_path_rate=DROP_PATH_RATE)
+    model = model.to(device).train()
+    optimizer = create_optimizer_v2(model, "adamw", lr=LEARNING_RATE, weight_decay=0.05, eps=1e-8)
+    step_model = torch.compile(model) if compiled else model
+    criterion = torch.nn.CrossEntropyLoss()
+    images = torch.randn(batch_size, 3, image_size, image_size, device=device)
+    labels = torch.randint(0, classes, (batch_size,), device=device)
+
+    def step():
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=bfloat16):
+            loss = criterion(step_model(images), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return model, step
+
+
+# === GPU: one fresh process per path, timed alone ===
+
+
 def run_keras(args):
     os.environ["KERAS_BACKEND"] = "jax"
     import jax
     import keras
     import numpy as np
 
-    from keras_cait.model import build_cait
-    from keras_cait.training import adamw
-
     if keras.backend.backend() != "jax":
         raise RuntimeError(f"Keras runs on {keras.backend.backend()}; set KERAS_BACKEND=jax.")
     config, classes, _ = _config(args)
-    config.pop("timm", None)
-    keras.mixed_precision.set_global_policy("mixed_bfloat16")
-    model = build_cait(
-        **config, input_shape=(args.image_size, args.image_size, 3), classes=classes,
-        classifier_activation=None,
-    )
-    model.compile(
-        optimizer=adamw(model, 5e-4),
-        loss=keras.losses.CategoricalCrossentropy(from_logits=True),
-        jit_compile=True,
-    )
+    model = keras_training_model(config, classes, args.image_size, "mixed_bfloat16", jit_compile=True)
     rng = np.random.default_rng(0)
     images = jax.device_put(rng.integers(0, 256, (args.batch_size, args.image_size,
                                                   args.image_size, 3), dtype=np.uint8))
@@ -126,30 +197,11 @@ def run_keras(args):
 def run_timm(args, compiled):
     import timm
     import torch
-    from timm.optim import create_optimizer_v2
 
     config, classes, architecture = _config(args)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    if args.smoke:
-        config.pop("init_values")
-        model = timm.models.cait.Cait(img_size=args.image_size, num_classes=classes,
-                                      init_values=SMOKE["init_values"], **config)
-    else:
-        model = timm.create_model(architecture, pretrained=False, num_classes=classes)
-    model = model.to(device).train()
-    optimizer = create_optimizer_v2(model, "adamw", lr=5e-4, weight_decay=0.05)
-    step_model = torch.compile(model) if compiled else model
-    criterion = torch.nn.CrossEntropyLoss()
-    images = torch.randn(args.batch_size, 3, args.image_size, args.image_size, device=device)
-    labels = torch.randint(0, classes, (args.batch_size,), device=device)
-
-    def step():
-        with torch.autocast(device, dtype=torch.bfloat16):
-            loss = criterion(step_model(images), labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        return loss
+    model, step = timm_training_step(config, classes, architecture, args.image_size, args.batch_size, device,
+                                     compiled, bfloat16=True)
 
     def synchronize():
         if device == "cuda":
@@ -178,12 +230,187 @@ def run_timm(args, compiled):
                 module.fused_attn = False
         counter = FlopCounterMode(display=False)
         with counter:
-            model.eval()(images[:1])
+            model.eval()(torch.zeros(1, 3, args.image_size, args.image_size, device=device))
         result["counted_forward_flops"] = counter.get_total_flops()
     return result
 
 
+# === CPU: persistent workers timed in turns (scripts/bench_harness.py) ===
+
+
+# path -> (framework, Keras backend or None, jit_compile or torch.compile, bfloat16)
+CPU_PATHS = {
+    "timm-eager": ("timm", None, False, False),
+    "timm-compile": ("timm", None, True, False),
+    "timm-bf16": ("timm", None, False, True),
+    "keras-tf": ("keras", "tensorflow", False, False),
+    "keras-tf-xla": ("keras", "tensorflow", True, False),
+    "keras-jax": ("keras", "jax", True, False),
+    "keras-tf-bf16": ("keras", "tensorflow", False, True),
+    "keras-tf-xla-bf16": ("keras", "tensorflow", True, True),
+    "keras-jax-bf16": ("keras", "jax", True, True),
+    "keras-tf-bf16-half-stream": ("keras", "tensorflow", False, True),
+}
+CPU_REFERENCE = "timm-eager"
+CPU_LABELS = {
+    "timm-eager": "timm eager, float32",
+    "timm-compile": "timm + torch.compile, float32",
+    "timm-bf16": "timm under `torch.autocast(bfloat16)`",
+    "keras-tf": "keras_cait, TensorFlow, float32",
+    "keras-tf-xla": "keras_cait, TensorFlow + XLA, float32",
+    "keras-jax": "keras_cait, JAX, float32",
+    "keras-tf-bf16": "keras_cait, TensorFlow, `mixed_bfloat16`",
+    "keras-tf-xla-bf16": "keras_cait, TensorFlow + XLA, `mixed_bfloat16`",
+    "keras-jax-bf16": "keras_cait, JAX, `mixed_bfloat16`",
+    "keras-tf-bf16-half-stream": "keras_cait, TensorFlow, `mixed_bfloat16`, bfloat16 residual stream",
+}
+CPU_PACKAGES = ("torch", "timm", "tensorflow", "keras", "jax", "jaxlib")
+
+
+def _set_cpu_threads(path, threads):
+    """The worker's frameworks on `threads` threads; the Keras backend chosen before Keras loads."""
+    framework, backend = CPU_PATHS[path][:2] if path in CPU_PATHS else ("ceiling", None)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    if backend == "jax":
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=true "
+                                   f"intra_op_parallelism_threads={threads}")
+    if backend:
+        os.environ["KERAS_BACKEND"] = backend
+    if backend == "tensorflow" or path == CEILING:
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+    if framework != "keras":
+        import torch
+
+        torch.set_num_threads(threads)
+        torch.set_num_interop_threads(1)
+
+
+def _half_residual_stream():
+    """A lever measured, not a recipe: the residual stream, LayerNorms and head in the half
+    compute dtype too (keras_cait keeps them float32 under a mixed policy, as timm's AMP does)."""
+    import keras
+
+    from keras_cait import model
+
+    model.float32_if_mixed = lambda policy: keras.dtype_policies.get(policy).name
+    model._ResidualBlock.input_dtype = property(lambda block: block.dtype_policy.compute_dtype)
+
+
+def cpu_training_step(path, config, classes, architecture, image_size, batch_size):
+    """`run(_) -> loss` of one training step of `path` on a fixed random batch."""
+    framework, backend, compiled, bfloat16 = CPU_PATHS[path]
+    if framework == "timm":
+        _, step = timm_training_step(config, classes, architecture, image_size, batch_size, "cpu",
+                                     compiled, bfloat16)
+        return lambda _: step().detach().float().numpy()
+    import numpy as np
+
+    if path.endswith("-half-stream"):
+        _half_residual_stream()
+    policy = "mixed_bfloat16" if bfloat16 else "float32"
+    model = keras_training_model(config, classes, image_size, policy, jit_compile=compiled)
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (batch_size, image_size, image_size, 3)).astype("float32")
+    labels = np.eye(classes, dtype="float32")[rng.integers(0, classes, batch_size)]
+    return lambda _: np.asarray(model.train_on_batch(images, labels), "float32")
+
+
+def cpu_worker(args):
+    channel = bench_harness.protocol_channel()
+    _set_cpu_threads(args.worker, args.threads)
+    start = time.perf_counter()
+    if args.worker == CEILING:
+        return bench_harness.serve(channel, bench_harness.matmul_ceiling(), {}, ceiling=True, started=start)
+    config, classes, architecture = _config(args)
+    run = cpu_training_step(args.worker, config, classes, architecture, args.image_size, args.batch_size)
+    bench_harness.serve(channel, run, {args.batch_size: None}, started=start)
+
+
+def measure_cpu(args, logs):
+    """Rows of `--cpu`: per model, the reference and ceiling workers stay loaded while the other
+    paths come in groups of `--alive - 1`, each group timed in its own rounds."""
+    rows = []
+    paths = [path for path in args.workers.split(",") if path != CPU_REFERENCE]
+    groups = [paths[i:i + args.alive - 1] for i in range(0, len(paths), args.alive - 1)] or [[]]
+    for model in ["smoke"] if args.smoke else args.models.split(","):
+        config, classes, _ = _config(argparse.Namespace(**{**vars(args), "model": model}))
+        flops = forward_flops(args.image_size, config.get("patch_size", 16), config["embed_dim"],
+                              config["depth"], config["num_heads"], classes)
+        arguments = ["--model", model, "--batch-size", str(args.batch_size), "--image-size", str(args.image_size),
+                     "--threads", str(args.threads), "--cpu"] + (["--smoke"] if args.smoke else [])
+
+        def start(path):
+            return Worker(__file__, path, arguments, os.path.join(logs, f"{model}-{path}.log"))
+
+        steady = {path: start(path) for path in (CPU_REFERENCE, CEILING)}
+        load_all(steady, model)
+        samples, ceilings, memory = {}, [], {}
+        losses = {CPU_REFERENCE: steady[CPU_REFERENCE].ready["outputs"][str(args.batch_size)]}
+        for group in groups:
+            workers = {path: start(path) for path in group}
+            load_all(workers, model)
+            losses.update({path: worker.ready["outputs"][str(args.batch_size)] for path, worker in workers.items()})
+            speeds, group_ceilings, group_memory = timed_rounds(
+                {**steady, **workers}, [CPU_REFERENCE, *group], [args.batch_size], args.rounds, args.seconds,
+                model)
+            for worker in workers.values():
+                worker.close()
+            ceilings += group_ceilings
+            memory.update(group_memory)
+            for path in [CPU_REFERENCE, *group]:
+                samples.setdefault(path, []).append(speeds[args.batch_size, path])
+        for worker in steady.values():
+            worker.close()
+        ceiling = statistics.median(ceilings)
+        for path, per_group in samples.items():
+            if path == CPU_REFERENCE:
+                speeds_, ratio = [speed for group in per_group for speed in group], 1.0
+            else:  # against the reference's rounds in the path's own group
+                group_index = next(i for i, group in enumerate(groups) if path in group)
+                speeds_ = per_group[0]
+                ratio = median_ratios(speeds_, samples[CPU_REFERENCE][group_index])
+            images_per_second = statistics.median(speeds_)
+            gflops = 3 * flops * images_per_second / 1e9
+            rows.append(dict(
+                model=model, path=path, label=CPU_LABELS[path], batch_size=args.batch_size,
+                image_size=args.image_size, images_per_second=images_per_second, rounds=speeds_,
+                ratio_to_timm_eager=ratio, train_gflops=gflops, ceiling_gflops=ceiling,
+                fraction_of_ceiling=gflops / ceiling, peak_memory_mb=memory[path], loss=losses[path],
+                forward_gflops_per_image=flops / 1e9,
+            ))
+    return rows
+
+
+def cpu_markdown(rows, machine):
+    lines = [
+        "| model | path | images/s | × timm eager | train GFLOP/s (3× forward) | % of fp32 matmul ceiling "
+        "| peak memory |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| CaiT-{r['model']} {r['image_size']}, batch {r['batch_size']} | {r['label']} "
+            f"| {r['images_per_second']:.2f} | {r['ratio_to_timm_eager']:.2f}× | {r['train_gflops']:.1f} "
+            f"| {100 * r['fraction_of_ceiling']:.0f} % | {r['peak_memory_mb'] / 1024:.1f} GB |"
+        )
+    lines.append("")
+    lines.append(
+        f"{machine['cores']} cores, {machine['threads']} threads per worker, {machine['rounds']} rounds × "
+        f"{machine['seconds_per_turn']:g} s per turn, {machine['wall_seconds'] / 60:.0f} min; load average "
+        f"{', '.join(f'{x:.2f}' for x in machine['load_average_start'])} at the start, "
+        f"{', '.join(f'{x:.2f}' for x in machine['load_average_end'])} at the end; "
+        + ", ".join(f"{name} {machine[name]}" for name in CPU_PACKAGES)
+    )
+    return "\n".join(lines)
+
+
 def worker(args):
+    if args.cpu:
+        return cpu_worker(args)
     if args.worker == "keras":
         result = run_keras(args)
     else:
@@ -248,30 +475,45 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--models", default="S24,XXS24", help="comma-separated CaiT variants")
-    parser.add_argument("--batch-size", type=int, default=256, help="images per step")
+    parser.add_argument("--batch-size", type=int, help="images per step (default: 256, with --cpu 16)")
     parser.add_argument("--image-size", type=int, default=224, help="input side")
     parser.add_argument("--steps", type=int, default=30, help="timed steps")
     parser.add_argument("--warmup", type=int, default=5, help="steps before timing (compiles)")
     parser.add_argument("--peak-tflops", type=float, default=None,
                         help="peak dense bf16 TFLOP/s for MFU (default: from the device name)")
-    parser.add_argument("--workers", default=",".join(WORKERS),
-                        help="what to measure, of " + ", ".join(WORKERS))
+    parser.add_argument("--workers", help=f"what to measure, of {', '.join(WORKERS)} (default: all), with "
+                        f"--cpu of {', '.join(CPU_PATHS)} (default: all)")
+    parser.add_argument("--cpu", action="store_true",
+                        help="time training steps on this CPU in turns, persistent workers (see above)")
+    parser.add_argument("--alive", type=int, default=4,
+                        help="--cpu: at most this many training workers loaded at once, timm eager included")
+    parser.add_argument("--rounds", type=int, default=5, help="--cpu: rounds of turns")
+    parser.add_argument("--seconds", type=float, default=10.0, help="--cpu: each path's turn")
+    parser.add_argument("--threads", type=int, default=2, help="--cpu: threads per worker")
     parser.add_argument("--output", help="write the rows as JSON here")
+    parser.add_argument("--logs", help="--cpu: folder for the workers' logs (default: a temporary one)")
     parser.add_argument("--smoke", action="store_true",
                         help="tiny CaiT at 32×32, batch 4, 2 steps: checks every path on a CPU")
-    parser.add_argument("--worker", choices=WORKERS, help=argparse.SUPPRESS)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    unknown = set(args.workers.split(",")) - set(WORKERS)
+    known = CPU_PATHS if args.cpu else WORKERS
+    args.workers = args.workers or ",".join(known)
+    unknown = set(args.workers.split(",")) - set(known)
     if unknown:
-        parser.error(f"--workers: unknown {', '.join(sorted(unknown))}; "
-                     f"choose from {', '.join(WORKERS)}")
+        parser.error(f"--workers: unknown {', '.join(sorted(unknown))}; choose from {', '.join(known)}")
+    if args.alive < 2:
+        parser.error(f"--alive {args.alive}: must be at least 2 (timm eager and one path)")
+    args.batch_size = args.batch_size or (16 if args.cpu else 256)
     if args.smoke:
         args.image_size, args.steps, args.warmup = 32, 2, 1
         args.batch_size = min(args.batch_size, 4)
+        args.rounds, args.seconds = 1, 0.2
     if args.worker:
         worker(args)
         return
+    if args.cpu:
+        return main_cpu(args)
     rows = measure(args)
     print(markdown(rows))
     counted = [r["counted_forward_flops"] for r in rows if "counted_forward_flops" in r]
@@ -284,6 +526,16 @@ def main():
         with open(args.output + ".partial", "w") as file:
             json.dump(rows, file, indent=1)
         os.replace(args.output + ".partial", args.output)
+
+
+def main_cpu(args):
+    load_average, started = os.getloadavg(), time.time()
+    with tempfile.TemporaryDirectory() as logs:
+        rows = measure_cpu(args, args.logs or logs)
+    machine = machine_state(args.threads, args.rounds, args.seconds, load_average, started, CPU_PACKAGES)
+    print(cpu_markdown(rows, machine))
+    if args.output:
+        bench_harness.write_json({"machine": machine, "rows": rows}, args.output)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
-"""scripts/benchmark_training.py --smoke: the GPU benchmark's code paths, run small on the CPU."""
+"""scripts/benchmark_training.py --smoke: the GPU benchmark's code paths and the CPU benchmark's, run small."""
 
 import importlib.util
 import json
+import math
 import os
 import re
 import subprocess
@@ -71,3 +72,35 @@ def test_smoke_run_of_keras_jax_without_tensorflow_and_of_timm(tmp_path):
     assert rows[0]["tensorflow_loaded"] is False
     assert all(row["images_per_second"] > 0 and row["loss"] > 0 for row in rows)
     assert "| CaiT-smoke 32 |" in done.stdout
+
+
+# torch.compile is left out (minutes of C++ compilation on a CPU); every other path runs.
+CPU_PATHS = ["timm-bf16", "keras-tf", "keras-tf-xla", "keras-jax", "keras-tf-bf16", "keras-tf-xla-bf16",
+             "keras-jax-bf16", "keras-tf-bf16-half-stream"]
+
+
+def test_cpu_smoke_run_times_every_training_step_in_turns(tmp_path):
+    output, logs = tmp_path / "rows.json", tmp_path / "logs"
+    logs.mkdir()
+    done = subprocess.run(
+        [sys.executable, SCRIPT, "--cpu", "--smoke", "--alive", "3", "--workers", ",".join(["timm-eager", *CPU_PATHS]),
+         "--output", str(output), "--logs", str(logs)],
+        env={**os.environ, "PYTHONPATH": REPOSITORY}, capture_output=True, text=True, timeout=1200,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(output.read_text())
+    rows = {row["path"]: row for row in result["rows"]}
+    assert list(rows) == ["timm-eager", *CPU_PATHS]
+    # --alive 3: timm eager plus two paths per group, so four groups timed one after another.
+    assert len(rows["timm-eager"]["rounds"]) == 4 and rows["timm-eager"]["ratio_to_timm_eager"] == 1.0
+    for path, row in rows.items():
+        assert len(row["rounds"]) == 1 or path == "timm-eager"
+        assert row["images_per_second"] > 0 and row["ratio_to_timm_eager"] > 0, row
+        assert 0 < row["fraction_of_ceiling"] and row["ceiling_gflops"] > 0
+        assert 100 < row["peak_memory_mb"] < 24 * 1024, row
+        # A fresh tiny CaiT's logits are near zero: the cross-entropy over 10 classes is near ln 10.
+        assert abs(row["loss"] - math.log(10)) < 0.5, row
+    assert result["machine"]["threads"] == 2 and len(result["machine"]["load_average_end"]) == 3
+    assert "| CaiT-smoke 32, batch 4 | keras_cait, JAX, `mixed_bfloat16` |" in done.stdout
+    assert sorted(path.name for path in logs.iterdir()) == sorted(
+        f"smoke-{path}.log" for path in ["timm-eager", "matmul-ceiling", *CPU_PATHS])
