@@ -46,6 +46,7 @@ import tensorflow as tf
 
 from keras_cait.atomic import written_atomically
 from keras_cait.evaluation_transform import IMAGE_FORMATS, decode_image, evaluation_transform
+from keras_cait.inference_graph import InferenceGraph, folds
 from keras_cait.preprocessing import imagenet_classes
 from keras_cait.training.lora import merge_lora
 
@@ -87,12 +88,12 @@ def export_saved_model(
     if not 1 <= top_k <= classes:
         raise ValueError(f"top_k={top_k}: must be between 1 and the {classes} classes, e.g. 5.")
     _check_version_folder(path, overwrite)
-    model = _quantized(model, path, quantization)
+    forward = _inference_form(_quantized(model, path, quantization))
 
     # One traced classifier that the three signatures share: the model is traced once.
     @tf.function(input_signature=[tf.TensorSpec([None, height, width, 3], tf.float32)], jit_compile=False)
     def classify(images):
-        scores = keras.ops.cast(model(images, training=False), "float32")
+        scores = keras.ops.cast(forward(images), "float32")
         probabilities = tf.nn.softmax(scores) if from_logits else scores
         top_probabilities, top_indices = tf.math.top_k(probabilities, k=top_k)
         return {
@@ -119,6 +120,8 @@ def export_saved_model(
         "serving_bytes": (serving_bytes, tf.TensorSpec([None], tf.string, name="image_bytes")),
     }
     archive = keras.export.ExportArchive()
+    if isinstance(forward, InferenceGraph):
+        archive.track(forward)
     for name, (function, spec) in endpoints.items():
         # TF Serving runs without XLA by default, so nothing may require it.
         function = tf.function(function, input_signature=[spec], jit_compile=False, autograph=False)
@@ -155,11 +158,14 @@ def export_onnx(model, path, *, quantization=None, overwrite=False, opset_versio
     import tf2onnx
 
     _register_erfc_for_tf2onnx()
-    exported = keras.models.clone_model(model, clone_function=_normalization_as_rescaling)
+    forward = _inference_form(model, gelu="erf")
+    if not isinstance(forward, InferenceGraph):
+        exported = keras.models.clone_model(model, clone_function=_normalization_as_rescaling)
+        forward = functools.partial(exported, training=False)
     spec = tf.TensorSpec(model.inputs[0].shape, tf.float32, name="images")
     with written_atomically(path, overwrite) as temporary:
         tf2onnx.convert.from_function(
-            tf.function(lambda images: {"predictions": exported(images, training=False)}),
+            tf.function(lambda images: {"predictions": forward(images)}),
             input_signature=[spec],
             opset=opset_version,
             output_path=temporary,
@@ -203,8 +209,16 @@ def export_litert(model, path, *, quantization=None, overwrite=False):
     converter_options = {}
     if quantization == "dynamic_int8":
         converter_options["optimizations"] = [tf.lite.Optimize.DEFAULT]
+    forward = _inference_form(model)
     with written_atomically(path, overwrite) as temporary:
-        model.export(temporary, format="litert", verbose=False, **converter_options)
+        if not isinstance(forward, InferenceGraph):
+            model.export(temporary, format="litert", verbose=False, **converter_options)
+            return path
+        converter = tf.lite.TFLiteConverter.from_concrete_functions([_traced(forward, model)], forward)
+        for name, value in converter_options.items():
+            setattr(converter, name, value)
+        with open(temporary, "wb") as file:
+            file.write(converter.convert())
     return path
 
 
@@ -231,13 +245,38 @@ def export_openvino(model, path, *, quantization=None, overwrite=False):
     _check_quantization(path, quantization)
     if importlib.util.find_spec("openvino") is None:
         raise ImportError('export_openvino needs OpenVINO: pip install "keras-cait[openvino]".')
+    import openvino
+
+    forward = _inference_form(model, gelu="erf")
     # The weights are moved into place first, so a new graph never meets old weights.
     with written_atomically(path, overwrite) as temporary, written_atomically(
         weights_path, overwrite
     ) as temporary_weights:
-        model.export(temporary, format="openvino", verbose=False)
+        if isinstance(forward, InferenceGraph):
+            converted = openvino.convert_model(_traced(forward, model))
+            (images,) = converted.inputs
+            images.get_node().set_friendly_name("images")
+            images.get_tensor().set_names({"images"})
+            openvino.save_model(converted, temporary, compress_to_fp16=False)
+        else:
+            model.export(temporary, format="openvino", verbose=False)
         os.replace(temporary.removesuffix(".xml") + ".bin", temporary_weights)
     return path
+
+
+def _inference_form(model, gelu="tensorflow"):
+    """What an export traces: the folded `InferenceGraph` of a float32 CaiT classifier (the same
+    outputs, fewer and fusable ops), or else the Keras model itself, called for inference.
+    """
+    if folds(model):
+        return InferenceGraph(model, gelu=gelu)
+    return functools.partial(model, training=False)
+
+
+def _traced(forward, model):
+    """`forward` as a concrete function of `images` float32 (batch, H, W, 3)."""
+    spec = tf.TensorSpec([None, *model.inputs[0].shape[1:]], tf.float32, name="images")
+    return tf.function(forward, input_signature=[spec], autograph=False).get_concrete_function()
 
 
 def _quantized(model, path, quantization):

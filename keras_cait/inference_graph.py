@@ -20,10 +20,12 @@ module reads the weights once and writes new TensorFlow variables.
 The graph itself is written for the runtimes that run it (TensorFlow with
 oneDNN, ONNX Runtime, OpenVINO): the tokens stay a 2-D `(batch·tokens,
 channels)` matrix between blocks, so every projection is one MatMul + BiasAdd
-(GELU) that oneDNN fuses, with no `tensordot` reshapes; GELU is written as
-`x · ½(1 + erf(x/√2))`, the form ONNX Runtime and OpenVINO fuse into one GELU;
-LayerNorm is `tf.nn.moments` + `tf.nn.batch_normalization`, the form oneDNN
-fuses into one LayerNorm. Outputs equal the model's (tests/export/test_inference_graph.py
+(GELU) that oneDNN fuses, with no `tensordot` reshapes; GELU is TensorFlow's
+exact `tf.nn.gelu` for TensorFlow and LiteRT (an op both know), and
+`x · ½(1 + erf(x/√2))` for ONNX and OpenVINO, the form ONNX Runtime and
+OpenVINO fuse into one GELU; LayerNorm is `tf.nn.moments` over the last axis
+by its positive index + `tf.nn.batch_normalization`, the form oneDNN fuses
+into one LayerNorm. Outputs equal the model's (tests/export/test_inference_graph.py
 compares every export with timm's logits).
 
 This module is TensorFlow by nature; the model code stays backend-neutral.
@@ -109,13 +111,19 @@ class InferenceGraph(tf.Module):
         model: a float32 CaiT classifier from `build_cait` (a variant
             constructor, with `include_top=True`, `include_preprocessing=True`);
             `folds(model)` says whether it is one.
+        gelu: "tensorflow" (`tf.nn.gelu`, exact) for graphs that TensorFlow or
+            LiteRT run, "erf" (`x · ½(1 + erf(x/√2))`) for graphs converted
+            to ONNX or OpenVINO.
 
     Calling it on float32 `(batch, H, W, 3)` 0..255 RGB images returns what the
     model returns (probabilities, or logits with `classifier_activation=None`).
     """
 
-    def __init__(self, model, name="cait_inference"):
+    def __init__(self, model, gelu="tensorflow", name="cait_inference"):
         super().__init__(name=name)
+        if gelu not in GELU_FORMS:
+            raise ValueError(f"gelu={gelu!r}: must be one of {tuple(GELU_FORMS)}.")
+        self.gelu = GELU_FORMS[gelu]
         layers, self_blocks, class_blocks = _structure(model)
         self.image_shape = tuple(model.inputs[0].shape[1:])
         self.softmax = layers["predictions"].activation is keras.activations.softmax
@@ -202,7 +210,7 @@ class InferenceGraph(tf.Module):
         return tf.nn.softmax(scores) if self.softmax else scores
 
     def _mlp(self, x, weights):
-        hidden = _gelu(_linear(_layer_norm(x, *_norm_of(weights, "mlp_norm")), weights["mlp_dense_1_kernel"],
+        hidden = self.gelu(_linear(_layer_norm(x, *_norm_of(weights, "mlp_norm")), weights["mlp_dense_1_kernel"],
                                weights["mlp_dense_1_bias"]))
         return _linear(hidden, weights["mlp_dense_2_kernel"], weights["mlp_dense_2_bias"])
 
@@ -238,9 +246,12 @@ def _linear(x, kernel, bias):
     return tf.nn.bias_add(tf.matmul(x, kernel), bias)
 
 
-def _gelu(x):
-    # Exact (erf) GELU in the form the runtimes pattern-match into one op.
+def _erf_gelu(x):
     return x * (0.5 * (1.0 + tf.math.erf(x * (1.0 / math.sqrt(2.0)))))
+
+
+# Both exact; oneDNN fuses either into the MatMul before it.
+GELU_FORMS = {"tensorflow": lambda x: tf.nn.gelu(x, approximate=False), "erf": _erf_gelu}
 
 
 def _norm_of(weights, name):
