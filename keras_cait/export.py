@@ -158,7 +158,7 @@ def export_onnx(model, path, *, quantization=None, overwrite=False, opset_versio
     import tf2onnx
 
     _register_erfc_for_tf2onnx()
-    forward = _inference_form(model, gelu="erf")
+    forward = _inference_form(model, runtime="onnx")
     if not isinstance(forward, InferenceGraph):
         exported = keras.models.clone_model(model, clone_function=_normalization_as_rescaling)
         forward = functools.partial(exported, training=False)
@@ -247,7 +247,7 @@ def export_openvino(model, path, *, quantization=None, overwrite=False):
         raise ImportError('export_openvino needs OpenVINO: pip install "keras-cait[openvino]".')
     import openvino
 
-    forward = _inference_form(model, gelu="erf")
+    forward = _inference_form(model, runtime="onnx")
     # The weights are moved into place first, so a new graph never meets old weights.
     with written_atomically(path, overwrite) as temporary, written_atomically(
         weights_path, overwrite
@@ -264,12 +264,12 @@ def export_openvino(model, path, *, quantization=None, overwrite=False):
     return path
 
 
-def _inference_form(model, gelu="tensorflow"):
+def _inference_form(model, runtime="tensorflow"):
     """What an export traces: the folded `InferenceGraph` of a float32 CaiT classifier (the same
     outputs, fewer and fusable ops), or else the Keras model itself, called for inference.
     """
     if folds(model):
-        return InferenceGraph(model, gelu=gelu)
+        return InferenceGraph(model, runtime=runtime)
     return functools.partial(model, training=False)
 
 

@@ -20,12 +20,13 @@ module reads the weights once and writes new TensorFlow variables.
 The graph itself is written for the runtimes that run it (TensorFlow with
 oneDNN, ONNX Runtime, OpenVINO): the tokens stay a 2-D `(batch·tokens,
 channels)` matrix between blocks, so every projection is one MatMul + BiasAdd
-(GELU) that oneDNN fuses, with no `tensordot` reshapes; GELU is TensorFlow's
-exact `tf.nn.gelu` for TensorFlow and LiteRT (an op both know), and
-`x · ½(1 + erf(x/√2))` for ONNX and OpenVINO, the form ONNX Runtime and
-OpenVINO fuse into one GELU; LayerNorm is `tf.nn.moments` over the last axis
-by its positive index + `tf.nn.batch_normalization`, the form oneDNN fuses
-into one LayerNorm. Outputs equal the model's (tests/export/test_inference_graph.py
+(GELU) that oneDNN fuses, with no `tensordot` reshapes. GELU and LayerNorm are
+written in the form that the runtime at the end pattern-matches into one op
+(`runtime`): for TensorFlow and LiteRT, `tf.nn.gelu` and `tf.nn.moments` over
+the last axis by its positive index + `tf.nn.batch_normalization` (oneDNN's
+GeluExact and LayerNorm fusions); for ONNX and OpenVINO, `½x · (1 + erf(x/√2))`
+and `(x - μ) / √(mean((x - μ)²) + ε) · γ + β`, the forms ONNX Runtime fuses into
+Gelu and LayerNormalization and OpenVINO into Gelu and MVN. Outputs equal the model's (tests/export/test_inference_graph.py
 compares every export with timm's logits).
 
 This module is TensorFlow by nature; the model code stays backend-neutral.
@@ -111,19 +112,19 @@ class InferenceGraph(tf.Module):
         model: a float32 CaiT classifier from `build_cait` (a variant
             constructor, with `include_top=True`, `include_preprocessing=True`);
             `folds(model)` says whether it is one.
-        gelu: "tensorflow" (`tf.nn.gelu`, exact) for graphs that TensorFlow or
-            LiteRT run, "erf" (`x · ½(1 + erf(x/√2))`) for graphs converted
-            to ONNX or OpenVINO.
+        runtime: "tensorflow" for graphs that TensorFlow or LiteRT run,
+            "onnx" for graphs converted to ONNX or OpenVINO: the forms of GELU
+            and LayerNorm that each fuses (the module docstring).
 
     Calling it on float32 `(batch, H, W, 3)` 0..255 RGB images returns what the
     model returns (probabilities, or logits with `classifier_activation=None`).
     """
 
-    def __init__(self, model, gelu="tensorflow", name="cait_inference"):
+    def __init__(self, model, runtime="tensorflow", name="cait_inference"):
         super().__init__(name=name)
-        if gelu not in GELU_FORMS:
-            raise ValueError(f"gelu={gelu!r}: must be one of {tuple(GELU_FORMS)}.")
-        self.gelu = GELU_FORMS[gelu]
+        if runtime not in FORMS:
+            raise ValueError(f"runtime={runtime!r}: must be one of {tuple(FORMS)}.")
+        self.gelu, self.layer_norm = FORMS[runtime]
         layers, self_blocks, class_blocks = _structure(model)
         self.image_shape = tuple(model.inputs[0].shape[1:])
         self.softmax = layers["predictions"].activation is keras.activations.softmax
@@ -196,21 +197,21 @@ class InferenceGraph(tf.Module):
         # (batch, tokens, channels) for the position embedding, then flat (batch·tokens, channels).
         x = tf.reshape(tf.reshape(patches, [-1, tokens, channels]) + self.positions, [-1, channels])
         for weights in self.self_attention:
-            x = x + self._self_attention(_layer_norm(x, *_norm_of(weights, "attention_norm")), weights, tokens)
+            x = x + self._self_attention(self.layer_norm(x, *_norm_of(weights, "attention_norm")), weights, tokens)
             x = x + self._mlp(x, weights)
         class_token = tf.broadcast_to(self.class_token, [tf.shape(images)[0], channels])
         patches = tf.reshape(x, [-1, tokens, channels])
         for weights in self.class_attention:
             joined = tf.concat([class_token[:, None], patches], axis=1)
             class_token = class_token + self._class_attention(
-                _layer_norm(joined, *_norm_of(weights, "attention_norm")), weights, tokens + 1
+                self.layer_norm(joined, *_norm_of(weights, "attention_norm")), weights, tokens + 1
             )
             class_token = class_token + self._mlp(class_token, weights)
-        scores = _linear(_layer_norm(class_token, *self.final_norm), *self.head)
+        scores = _linear(self.layer_norm(class_token, *self.final_norm), *self.head)
         return tf.nn.softmax(scores) if self.softmax else scores
 
     def _mlp(self, x, weights):
-        hidden = self.gelu(_linear(_layer_norm(x, *_norm_of(weights, "mlp_norm")), weights["mlp_dense_1_kernel"],
+        hidden = self.gelu(_linear(self.layer_norm(x, *_norm_of(weights, "mlp_norm")), weights["mlp_dense_1_kernel"],
                                weights["mlp_dense_1_bias"]))
         return _linear(hidden, weights["mlp_dense_2_kernel"], weights["mlp_dense_2_bias"])
 
@@ -246,22 +247,31 @@ def _linear(x, kernel, bias):
     return tf.nn.bias_add(tf.matmul(x, kernel), bias)
 
 
-def _erf_gelu(x):
-    return x * (0.5 * (1.0 + tf.math.erf(x * (1.0 / math.sqrt(2.0)))))
+def _onnx_gelu(x):
+    return (x * 0.5) * (1.0 + tf.math.erf(x / math.sqrt(2.0)))
 
 
-# Both exact; oneDNN fuses either into the MatMul before it.
-GELU_FORMS = {"tensorflow": lambda x: tf.nn.gelu(x, approximate=False), "erf": _erf_gelu}
+def _onnx_layer_norm(x, gamma, beta):
+    centred = x - tf.reduce_mean(x, axis=[-1], keepdims=True)
+    variance = tf.reduce_mean(tf.pow(centred, 2.0), axis=[-1], keepdims=True)
+    return centred / tf.sqrt(variance + LAYER_NORM_EPSILON) * gamma + beta
+
+
+def _tensorflow_layer_norm(x, gamma, beta):
+    # The last axis by its positive index: oneDNN's LayerNorm fusion does not match axes=[-1].
+    mean, variance = tf.nn.moments(x, axes=[len(x.shape) - 1], keepdims=True)
+    return tf.nn.batch_normalization(x, mean, variance, offset=beta, scale=gamma, variance_epsilon=LAYER_NORM_EPSILON)
+
+
+# runtime -> (GELU, LayerNorm), both exact.
+FORMS = {
+    "tensorflow": (lambda x: tf.nn.gelu(x, approximate=False), _tensorflow_layer_norm),
+    "onnx": (_onnx_gelu, _onnx_layer_norm),
+}
 
 
 def _norm_of(weights, name):
     return weights[f"{name}_gamma"], weights[f"{name}_beta"]
-
-
-def _layer_norm(x, gamma, beta):
-    # The last axis by its positive index: oneDNN's LayerNorm fusion does not match axes=[-1].
-    mean, variance = tf.nn.moments(x, axes=[len(x.shape) - 1], keepdims=True)
-    return tf.nn.batch_normalization(x, mean, variance, offset=beta, scale=gamma, variance_epsilon=LAYER_NORM_EPSILON)
 
 
 def _mix_heads(scores, kernel, bias):
