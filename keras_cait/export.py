@@ -29,6 +29,12 @@ with INVALID_ARGUMENT and a message naming what was expected. Every input and ou
 integer or string whatever the model's dtype policy, and no function needs XLA,
 so TF Serving (REST and gRPC) runs the model as it is, without keras_cait.
 
+A float32 CaiT classifier is exported as its inference graph
+(`keras_cait.inference_graph`): the same outputs, with the normalisation,
+LayerScale and attention scale folded into the weights and a graph that
+oneDNN fuses (MatMul+BiasAdd+GELU, LayerNorm); any other model (mixed
+precision, int8, other heads) as the Keras model itself.
+
 Example:
     export_saved_model(keras_cait.CaiT_S24(weights="imagenet"), "serving/cait_s24/1")
     # then: tensorflow_model_server --rest_api_port=8501 --model_name=cait_s24 \\
@@ -139,8 +145,11 @@ def export_onnx(model, path, *, quantization=None, overwrite=False, opset_versio
     the model outputs (probabilities, or logits with
     `classifier_activation=None`). Needs `pip install "keras-cait[onnx]"`.
 
-    This is what Keras' `model.export(path, format="onnx")` does on the
-    TensorFlow backend (tf2onnx's public `from_function` on the traced model),
+    A float32 CaiT classifier is written as its folded inference graph
+    (`keras_cait.inference_graph`: normalisation, LayerScale and attention
+    scale folded into the weights, LayerNorm and GELU in the forms ONNX Runtime
+    fuses). Any other model is exported as Keras' `model.export(path,
+    format="onnx")` does on the TensorFlow backend (tf2onnx's public `from_function` on the traced model),
     with two fixes that export needs for CaiT: the mean and variance of Keras'
     `Normalization` are eager tensors that the traced function captures, which
     tf2onnx would turn into extra required graph inputs, so the exported copy
@@ -193,7 +202,11 @@ def _normalization_as_rescaling(layer):
 
 
 def export_litert(model, path, *, quantization=None, overwrite=False):
-    """Writes `model` as a LiteRT (TFLite) flatbuffer with Keras' `model.export(format="litert")`.
+    """Writes `model` as a LiteRT (TFLite) flatbuffer.
+
+    A float32 CaiT classifier is converted as its folded inference graph
+    (`keras_cait.inference_graph`), any other model with Keras'
+    `model.export(format="litert")`.
 
     Args:
         model: the Keras model; its input `(batch, H, W, 3)` float32 0..255.
@@ -226,8 +239,11 @@ def export_openvino(model, path, *, quantization=None, overwrite=False):
     """Writes `model` as OpenVINO IR with Keras' `model.export(format="openvino")`.
 
     `path` (`.xml`, the graph) and the weights beside it (the same name with
-    `.bin`); input `images` `(batch, H, W, 3)` float32 RGB 0..255, one output:
-    what the model outputs. Needs `pip install "keras-cait[openvino]"`.
+    `.bin`); input `images` `(batch, H, W, 3)` float32 RGB 0..255, one output
+    (`predictions` for a CaiT classifier): what the model outputs. A float32
+    CaiT classifier is written as its folded inference graph
+    (`keras_cait.inference_graph`), any other model as Keras exports it.
+    Needs `pip install "keras-cait[openvino]"`.
 
     OpenVINO's CPU plugin computes in bfloat16 where the CPU has it (AVX512-BF16,
     AMX) unless the model is compiled with `{"INFERENCE_PRECISION_HINT": "f32"}`;
@@ -254,9 +270,10 @@ def export_openvino(model, path, *, quantization=None, overwrite=False):
     ) as temporary_weights:
         if isinstance(forward, InferenceGraph):
             converted = openvino.convert_model(_traced(forward, model))
-            (images,) = converted.inputs
+            (images,), (predictions,) = converted.inputs, converted.outputs
             images.get_node().set_friendly_name("images")
             images.get_tensor().set_names({"images"})
+            predictions.get_tensor().set_names({"predictions"})
             openvino.save_model(converted, temporary, compress_to_fp16=False)
         else:
             model.export(temporary, format="openvino", verbose=False)
