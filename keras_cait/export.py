@@ -29,6 +29,12 @@ with INVALID_ARGUMENT and a message naming what was expected. Every input and ou
 integer or string whatever the model's dtype policy, and no function needs XLA,
 so TF Serving (REST and gRPC) runs the model as it is, without keras_cait.
 
+A float32 CaiT classifier is exported as its inference graph
+(`keras_cait.inference_graph`): the same outputs, with the normalisation,
+LayerScale and attention scale folded into the weights and a graph that
+oneDNN fuses (MatMul+BiasAdd+GELU, LayerNorm); any other model (mixed
+precision, int8, other heads) as the Keras model itself.
+
 Example:
     export_saved_model(keras_cait.CaiT_S24(weights="imagenet"), "serving/cait_s24/1")
     # then: tensorflow_model_server --rest_api_port=8501 --model_name=cait_s24 \\
@@ -46,6 +52,7 @@ import tensorflow as tf
 
 from keras_cait.atomic import written_atomically
 from keras_cait.evaluation_transform import IMAGE_FORMATS, decode_image, evaluation_transform
+from keras_cait.inference_graph import InferenceGraph, folds
 from keras_cait.preprocessing import imagenet_classes
 from keras_cait.training.lora import merge_lora
 
@@ -92,12 +99,12 @@ def export_saved_model(
     if not 1 <= top_k <= classes:
         raise ValueError(f"top_k={top_k}: must be between 1 and the {classes} classes, e.g. 5.")
     _check_version_folder(path, overwrite)
-    model = _quantized(model, path, quantization)
+    forward = _inference_form(_quantized(model, path, quantization))
 
     # One traced classifier that the three signatures share: the model is traced once.
     @tf.function(input_signature=[tf.TensorSpec([None, height, width, 3], tf.float32)], jit_compile=False)
     def classify(images):
-        scores = keras.ops.cast(model(images, training=False), "float32")
+        scores = keras.ops.cast(forward(images), "float32")
         probabilities = tf.nn.softmax(scores) if from_logits else scores
         top_probabilities, top_indices = tf.math.top_k(probabilities, k=top_k)
         return {
@@ -124,6 +131,8 @@ def export_saved_model(
         "serving_bytes": (serving_bytes, tf.TensorSpec([None], tf.string, name="image_bytes")),
     }
     archive = keras.export.ExportArchive()
+    if isinstance(forward, InferenceGraph):
+        archive.track(forward)
     for name, (function, spec) in endpoints.items():
         # TF Serving runs without XLA by default, so nothing may require it.
         function = tf.function(function, input_signature=[spec], jit_compile=False, autograph=False)
@@ -141,8 +150,11 @@ def export_onnx(model, path, *, quantization=None, overwrite=False, opset_versio
     the model outputs (probabilities, or logits with
     `classifier_activation=None`). Needs `pip install "keras-cait[onnx]"`.
 
-    This is what Keras' `model.export(path, format="onnx")` does on the
-    TensorFlow backend (tf2onnx's public `from_function` on the traced model),
+    A float32 CaiT classifier is written as its folded inference graph
+    (`keras_cait.inference_graph`: normalisation, LayerScale and attention
+    scale folded into the weights, LayerNorm and GELU in the forms ONNX Runtime
+    fuses). Any other model is exported as Keras' `model.export(path,
+    format="onnx")` does on the TensorFlow backend (tf2onnx's public `from_function` on the traced model),
     with two fixes that export needs for CaiT: the mean and variance of Keras'
     `Normalization` are eager tensors that the traced function captures, which
     tf2onnx would turn into extra required graph inputs, so the exported copy
@@ -160,11 +172,14 @@ def export_onnx(model, path, *, quantization=None, overwrite=False, opset_versio
     import tf2onnx
 
     _register_erfc_for_tf2onnx()
-    exported = keras.models.clone_model(model, clone_function=_normalization_as_rescaling)
+    forward = _inference_form(model, runtime="onnx")
+    if not isinstance(forward, InferenceGraph):
+        exported = keras.models.clone_model(model, clone_function=_normalization_as_rescaling)
+        forward = functools.partial(exported, training=False)
     spec = tf.TensorSpec(model.inputs[0].shape, tf.float32, name="images")
     with written_atomically(path, overwrite) as temporary:
         tf2onnx.convert.from_function(
-            tf.function(lambda images: {"predictions": exported(images, training=False)}),
+            tf.function(lambda images: {"predictions": forward(images)}),
             input_signature=[spec],
             opset=opset_version,
             output_path=temporary,
@@ -192,7 +207,11 @@ def _normalization_as_rescaling(layer):
 
 
 def export_litert(model, path, *, quantization=None, overwrite=False):
-    """Writes `model` as a LiteRT (TFLite) flatbuffer with Keras' `model.export(format="litert")`.
+    """Writes `model` as a LiteRT (TFLite) flatbuffer.
+
+    A float32 CaiT classifier is converted as its folded inference graph
+    (`keras_cait.inference_graph`), any other model with Keras'
+    `model.export(format="litert")`.
 
     Args:
         model: the Keras model; its input `(batch, H, W, 3)` float32 0..255.
@@ -208,8 +227,16 @@ def export_litert(model, path, *, quantization=None, overwrite=False):
     converter_options = {}
     if quantization == "dynamic_int8":
         converter_options["optimizations"] = [tf.lite.Optimize.DEFAULT]
+    forward = _inference_form(model)
     with written_atomically(path, overwrite) as temporary:
-        model.export(temporary, format="litert", verbose=False, **converter_options)
+        if not isinstance(forward, InferenceGraph):
+            model.export(temporary, format="litert", verbose=False, **converter_options)
+            return path
+        converter = tf.lite.TFLiteConverter.from_concrete_functions([_traced(forward, model)], forward)
+        for name, value in converter_options.items():
+            setattr(converter, name, value)
+        with open(temporary, "wb") as file:
+            file.write(converter.convert())
     return path
 
 
@@ -217,8 +244,11 @@ def export_openvino(model, path, *, quantization=None, overwrite=False):
     """Writes `model` as OpenVINO IR with Keras' `model.export(format="openvino")`.
 
     `path` (`.xml`, the graph) and the weights beside it (the same name with
-    `.bin`); input `images` `(batch, H, W, 3)` float32 RGB 0..255, one output:
-    what the model outputs. Needs `pip install "keras-cait[openvino]"`.
+    `.bin`); input `images` `(batch, H, W, 3)` float32 RGB 0..255, one output
+    (`predictions` for a CaiT classifier): what the model outputs. A float32
+    CaiT classifier is written as its folded inference graph
+    (`keras_cait.inference_graph`), any other model as Keras exports it.
+    Needs `pip install "keras-cait[openvino]"`.
 
     OpenVINO's CPU plugin computes in bfloat16 where the CPU has it (AVX512-BF16,
     AMX) unless the model is compiled with `{"INFERENCE_PRECISION_HINT": "f32"}`;
@@ -236,13 +266,39 @@ def export_openvino(model, path, *, quantization=None, overwrite=False):
     _check_quantization(path, quantization)
     if importlib.util.find_spec("openvino") is None:
         raise ImportError('export_openvino needs OpenVINO: pip install "keras-cait[openvino]".')
+    import openvino
+
+    forward = _inference_form(model, runtime="onnx")
     # The weights are moved into place first, so a new graph never meets old weights.
     with written_atomically(path, overwrite) as temporary, written_atomically(
         weights_path, overwrite
     ) as temporary_weights:
-        model.export(temporary, format="openvino", verbose=False)
+        if isinstance(forward, InferenceGraph):
+            converted = openvino.convert_model(_traced(forward, model))
+            (images,), (predictions,) = converted.inputs, converted.outputs
+            images.get_node().set_friendly_name("images")
+            images.get_tensor().set_names({"images"})
+            predictions.get_tensor().set_names({"predictions"})
+            openvino.save_model(converted, temporary, compress_to_fp16=False)
+        else:
+            model.export(temporary, format="openvino", verbose=False)
         os.replace(temporary.removesuffix(".xml") + ".bin", temporary_weights)
     return path
+
+
+def _inference_form(model, runtime="tensorflow"):
+    """What an export traces: the folded `InferenceGraph` of a float32 CaiT classifier (the same
+    outputs, fewer and fusable ops), or else the Keras model itself, called for inference.
+    """
+    if folds(model):
+        return InferenceGraph(model, runtime=runtime)
+    return functools.partial(model, training=False)
+
+
+def _traced(forward, model):
+    """`forward` as a concrete function of `images` float32 (batch, H, W, 3)."""
+    spec = tf.TensorSpec([None, *model.inputs[0].shape[1:]], tf.float32, name="images")
+    return tf.function(forward, input_signature=[spec], autograph=False).get_concrete_function()
 
 
 def _quantized(model, path, quantization):

@@ -6,8 +6,16 @@
     python scripts/benchmark.py --fill rows.json docs/benchmarks.md README.md
 
 `--fill` writes a run's figures into the docs' placeholders: `{{XXS24 bs1 keras-onnx}}`
-becomes that path's ratio to timm eager ("1.37×"), `{{XXS24 bs1 timm-eager img/s}}` its
-images/s, `{{table}}` the two tables below and `{{machine}}` the machine's state.
+becomes that path's ratio to timm eager ("1.37×"), `{{XXS24 bs1 keras-onnx same runtime}}`
+its ratio to timm's export on the same runtime (`SAME_RUNTIME`: our ONNX against timm's ONNX
+under ONNX Runtime, our OpenVINO IR against timm's ONNX on OpenVINO, f32 and bf16),
+`{{XXS24 bs1 timm-eager img/s}}` its images/s, `{{table}}` the three tables below,
+`{{same runtime table}}` the third alone and `{{machine}}` the machine's state.
+
+The default paths (`DEFAULT_PATHS`, 11 and the ceiling: 12 workers) are the peers a PyTorch
+user reaches (timm eager, torch.compile, autocast bf16, ONNX Runtime and OpenVINO f32/bf16 on
+timm's own ONNX export) and the paths a keras_cait user takes; each worker records its peak
+memory (`peak_memory_mb`) in the JSON.
 
 Ratios between frameworks are only meaningful if they share the machine's state:
 torch's OpenMP threads collapse when anything else runs, TensorFlow's less so. So
@@ -20,7 +28,8 @@ in the same turns, so "% of ceiling" compares like with like. The load average
 at start and end is recorded: run it on an otherwise idle machine.
 
 Every worker uses `--threads` threads (torch.set_num_threads; TensorFlow intra-op
-threads with one inter-op thread; ONNX Runtime intra_op_num_threads) and the same
+threads with one inter-op thread; ONNX Runtime intra_op_num_threads; OpenVINO
+INFERENCE_NUM_THREADS) and the same
 random timm weights, loaded into keras_cait through its converter, so both sides
 compute the same model; each path's outputs are checked against timm eager's.
 Images are random 0..255 pixels (float32); timm's paths get them normalised
@@ -186,18 +195,56 @@ def _onnx_runtime(path, threads):
     return lambda feed: session.run(None, {name: feed})[0]
 
 
-def _ort_timm(spec, batches, workdir, threads):
-    """timm's own ONNX export (torch.onnx.export, TorchScript exporter) under ONNX Runtime."""
+def _timm_autocast(spec, batches, workdir, threads):
+    """timm eager under `torch.autocast("cpu", dtype=torch.bfloat16)`: bf16 matmuls, float32 logits."""
     import torch
 
-    path = os.path.join(workdir, "timm.onnx")
+    model, prepare = _timm_loaded(spec, workdir), _normalised_nchw(spec)
+
+    def run(pixels):
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+            return model(torch.from_numpy(prepare(pixels))).float().numpy()
+
+    return run
+
+
+def export_timm_onnx(spec, workdir, path):
+    """timm's own ONNX export (torch.onnx.export, TorchScript exporter), input NCHW normalised."""
+    import torch
+
     size = spec["image_size"]
     torch.onnx.export(
         _timm_loaded(spec, workdir), (torch.zeros(1, 3, size, size),), path, input_names=["images"],
         output_names=["logits"], dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}}, dynamo=False,
     )
+    return path
+
+
+def _ort_timm(spec, batches, workdir, threads):
+    """timm's ONNX under ONNX Runtime."""
+    path = export_timm_onnx(spec, workdir, os.path.join(workdir, "timm-ort.onnx"))
     session, prepare = _onnx_runtime(path, threads), _normalised_nchw(spec)
     return lambda pixels: session(prepare(pixels))
+
+
+def _openvino(path, threads, precision):
+    import openvino
+
+    config = {"INFERENCE_PRECISION_HINT": precision, "INFERENCE_NUM_THREADS": threads}
+    compiled = openvino.Core().compile_model(path, "CPU", config)
+    return lambda feed: compiled(feed)[0]
+
+
+def _ov_timm(spec, batches, workdir, threads, precision="f32"):
+    """timm's ONNX on OpenVINO's CPU plugin, as a PyTorch user would serve it with OpenVINO."""
+    # One file per worker: the workers load side by side.
+    path = export_timm_onnx(spec, workdir, os.path.join(workdir, f"timm-openvino-{precision}.onnx"))
+    compiled, prepare = _openvino(path, threads, precision), _normalised_nchw(spec)
+    return lambda pixels: compiled(prepare(pixels))
+
+
+def _ov_timm_bf16(spec, batches, workdir, threads):
+    return _ov_timm(spec, batches, workdir, threads, precision="bf16")
 
 
 def _keras_predict(spec, batches, workdir, threads):
@@ -257,16 +304,11 @@ def _keras_int8_onnx(spec, batches, workdir, threads):
 
 def _keras_openvino(spec, batches, workdir, threads, precision="f32"):
     """Our OpenVINO IR (export_openvino) on OpenVINO's CPU plugin."""
-    import openvino
-
     from keras_cait.export import export_openvino
 
-    path = os.path.join(workdir, "keras_cait.xml")
-    if not os.path.exists(path):
-        export_openvino(_keras_model(spec, workdir), path)
-    config = {"INFERENCE_PRECISION_HINT": precision, "INFERENCE_NUM_THREADS": threads}
-    compiled = openvino.Core().compile_model(path, "CPU", config)
-    return lambda pixels: compiled(pixels)[0]
+    path = os.path.join(workdir, f"keras_cait-{precision}.xml")
+    export_openvino(_keras_model(spec, workdir), path)
+    return _openvino(path, threads, precision)
 
 
 def _keras_openvino_bf16(spec, batches, workdir, threads):
@@ -277,7 +319,10 @@ def _keras_openvino_bf16(spec, batches, workdir, threads):
 PATHS = {
     "timm-eager": _timm_eager,
     "timm-compile": _timm_compiled,
+    "timm-autocast-bf16": _timm_autocast,
     "ort-timm-onnx": _ort_timm,
+    "openvino-timm-onnx": _ov_timm,
+    "openvino-timm-onnx-bf16": _ov_timm_bf16,
     "keras-predict": _keras_predict,
     "keras-predict-on-batch": _keras_predict_on_batch,
     "keras-xla": _keras_xla,
@@ -288,13 +333,31 @@ PATHS = {
     "keras-openvino": _keras_openvino,
     "keras-openvino-bf16": _keras_openvino_bf16,
 }
-PEERS = ("timm-eager", "timm-compile", "ort-timm-onnx")
+PEERS = ("timm-eager", "timm-compile", "timm-autocast-bf16", "ort-timm-onnx", "openvino-timm-onnx",
+         "openvino-timm-onnx-bf16")
+# The default run: 11 paths + the ceiling = 12 workers, which hold S24 in 24 GB; the other
+# paths (int8, predict_on_batch, XLA) are there for --paths.
+DEFAULT_PATHS = ("timm-eager", "timm-compile", "timm-autocast-bf16", "ort-timm-onnx", "openvino-timm-onnx",
+                 "openvino-timm-onnx-bf16", "keras-predict", "keras-saved-model", "keras-onnx", "keras-openvino",
+                 "keras-openvino-bf16")
+# Our path -> the peer on the same runtime and precision: the ratio that shows what the export
+# itself is worth. TensorFlow's paths have no timm counterpart; timm eager is what they replace.
+SAME_RUNTIME = {
+    "keras-onnx": "ort-timm-onnx",
+    "keras-openvino": "openvino-timm-onnx",
+    "keras-openvino-bf16": "openvino-timm-onnx-bf16",
+    "keras-predict": "timm-eager",
+    "keras-saved-model": "timm-eager",
+}
 # M36/M48 (--big): the paths users take, as few workers as that (each holds 1-2 GB of weights).
 BIG_PATHS = ("timm-eager", "ort-timm-onnx", "keras-predict", "keras-saved-model", "keras-onnx")
 LABELS = {
     "timm-eager": "timm eager",
     "timm-compile": "timm + torch.compile",
+    "timm-autocast-bf16": "timm, autocast bf16",
     "ort-timm-onnx": "ORT on timm's ONNX",
+    "openvino-timm-onnx": "OpenVINO (f32) on timm's ONNX",
+    "openvino-timm-onnx-bf16": "OpenVINO (bf16) on timm's ONNX",
     "keras-predict": "`model.predict`",
     "keras-predict-on-batch": "`predict_on_batch`",
     "keras-xla": "`predict_on_batch`, `jit_compile=True`",
@@ -381,12 +444,35 @@ def measure_variant(variant, batches, paths, args, workdir):
                 row["ratio_to_timm_eager"] = median_ratios(samples, speeds[batch, REFERENCE])
                 row["max_relative_difference"] = _max_relative_difference(
                     workers[path].ready["outputs"][str(batch)], reference, path in PROBABILITIES)
+            peer = SAME_RUNTIME.get(path)
+            if peer in paths:
+                row["same_runtime_peer"] = peer
+                row["ratio_to_same_runtime"] = median_ratios(samples, speeds[batch, peer])
             rows.append(row)
     return rows
 
 
+def same_runtime_markdown(rows):
+    """Our exports against timm's export on the same runtime and precision, and TensorFlow's paths
+    against timm eager: the median of the per-round ratios."""
+    pairs = [(path, peer) for path, peer in SAME_RUNTIME.items()
+             if any(row["path"] == path and "ratio_to_same_runtime" in row for row in rows)]
+    if not pairs:
+        return ""
+    cases = list(dict.fromkeys((row["variant"], row["batch"]) for row in rows))
+    by = {(row["variant"], row["batch"], row["path"]): row for row in rows}
+    lines = ["| case | " + " | ".join(f"{LABELS[path]} / {LABELS[peer]}" for path, peer in pairs) + " |",
+             "|---|" + "---|" * len(pairs)]
+    for variant, batch in cases:
+        cells = [f"{by[variant, batch, path]['ratio_to_same_runtime']:.2f}×"
+                 if "ratio_to_same_runtime" in by.get((variant, batch, path), {}) else "–" for path, _ in pairs]
+        lines.append(f"| {variant} bs{batch} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def markdown(rows):
-    """The images/s of timm eager and every path's ratio to it; then the best path's efficiency."""
+    """The images/s of timm eager and every path's ratio to it; then the best path's efficiency;
+    then our exports against timm's on the same runtime (`same_runtime_markdown`)."""
     paths = list(dict.fromkeys(row["path"] for row in rows))
     cases = list(dict.fromkeys((row["variant"], row["batch"]) for row in rows))
     by = {(row["variant"], row["batch"], row["path"]): row for row in rows}
@@ -421,7 +507,8 @@ def markdown(rows):
             f"| {(best['images_per_second'] / peer['images_per_second']) if peer else math.nan:.2f}× "
             f"| {(saved['images_per_second'] / best['images_per_second']) if saved else math.nan:.2f}× |"
         )
-    return "\n".join(lines)
+    same_runtime = same_runtime_markdown(rows)
+    return "\n".join(lines + ["", same_runtime] if same_runtime else lines)
 
 
 def machine_text(machine):
@@ -432,7 +519,8 @@ def machine_text(machine):
         f"{', '.join(f'{x:.2f}' for x in machine['load_average_start'])} at the start, "
         f"{', '.join(f'{x:.2f}' for x in machine['load_average_end'])} at the end; "
         f"PyTorch {machine['torch']}, timm {machine['timm']}, TensorFlow {machine['tensorflow']}, "
-        f"Keras {machine['keras']}, ONNX Runtime {machine['onnxruntime']}, Python {machine['python']}"
+        f"Keras {machine['keras']}, ONNX Runtime {machine['onnxruntime']}, OpenVINO {machine['openvino']}, "
+        f"Python {machine['python']}"
     )
 
 
@@ -440,9 +528,12 @@ def fill(results_path, documents):
     """Replaces the placeholders of `documents` with the figures of one run's JSON."""
     results = json.load(open(results_path))
     values = {"table": markdown(results["rows"]), "machine": machine_text(results["machine"])}
+    values["same runtime table"] = same_runtime_markdown(results["rows"])
     for row in results["rows"]:
         case = f"{row['variant']} bs{row['batch']} {row['path']}"
         values[case] = f"{row['ratio_to_timm_eager']:.2f}×"
+        if "ratio_to_same_runtime" in row:
+            values[case + " same runtime"] = f"{row['ratio_to_same_runtime']:.2f}×"
         values[case + " img/s"] = f"{row['images_per_second']:.2f}"
         values[case + " % ceiling"] = f"{100 * row['fraction_of_ceiling']:.0f} %"
     for document in documents:
@@ -462,7 +553,7 @@ def main():
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 16])
     parser.add_argument("--big", action="store_true",
                         help=f"add M36 and M48 at batch 1 (at 224), paths {', '.join(BIG_PATHS)}")
-    parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=list(PATHS))
+    parser.add_argument("--paths", nargs="+", default=list(DEFAULT_PATHS), choices=list(PATHS))
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=2.0, help="each path's turn (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=2)

@@ -341,8 +341,14 @@ def test_the_exporters_are_keras_cait_attributes_that_load_tensorflow_only_when_
     assert process.returncode == 0, process.stderr[-3000:]
 
 
-def test_every_weight_is_saved_once(saved_model_dir, model):
+def test_every_weight_is_saved_once_with_the_layer_scales_and_patch_bias_folded(saved_model_dir, model):
     reader = tf.train.load_checkpoint(str(saved_model_dir / "variables" / "variables"))
     shapes = reader.get_variable_to_shape_map()
     saved = sum(int(np.prod(shape)) for name, shape in shapes.items() if name != "_CHECKPOINTABLE_OBJECT_GRAPH")
-    assert saved == sum(int(np.prod(weight.shape)) for weight in model.trainable_weights)
+    # The inference graph (keras_cait.inference_graph) multiplies each LayerScale into the
+    # projection before it and adds the patch bias to the position embedding.
+    folded = [weight for weight in model.trainable_weights
+              if "layer_scale" in weight.path or weight.path == "patch_embedding/projection/bias"]
+    assert len(folded) == 2 * 4 + 1  # two LayerScales in each of the 2 + 2 blocks
+    kept = [weight for weight in model.trainable_weights if not any(weight is f for f in folded)]
+    assert saved == sum(int(np.prod(weight.shape)) for weight in kept)

@@ -1,0 +1,284 @@
+"""CaiT's forward pass for inference, with every constant folded: what the exports run.
+
+A trained CaiT carries factors that are fixed once training ends. Folded into
+the weights beside them, they cost nothing at inference (numbers per block of
+an S24, float64 folding then float32):
+
+- the ImageNet normalisation, `(x - μ) / σ` per input channel, goes into the
+  patch-embedding convolution: `W' = W / σ_c`, `b' = b - Σ W μ_c / σ_c`
+  (exact: the convolution is unpadded, every pixel sees every weight once);
+- the convolution's bias goes into the position embedding, one add;
+- each LayerScale `λ ⊙ (y W + b)` becomes `y (W diag λ) + λ ⊙ b`: the
+  attention output projection and the MLP's second layer absorb λ_1 and λ_2;
+- the attention scale d^-1/2 goes into the query columns of the qkv (or
+  query) projection;
+- dropout and drop path are identities at inference and are simply absent.
+
+The Keras model, its weights and its `.keras` files are left as they are: this
+module reads the weights once and writes new TensorFlow variables.
+
+The graph itself is written for the runtimes that run it (TensorFlow with
+oneDNN, ONNX Runtime, OpenVINO): the tokens stay a 2-D `(batch·tokens,
+channels)` matrix between blocks, so every projection is one MatMul + BiasAdd
+(GELU) that oneDNN fuses, with no `tensordot` reshapes. GELU and LayerNorm are
+written in the form that the runtime at the end pattern-matches into one op
+(`runtime`): for TensorFlow and LiteRT, `tf.nn.gelu` and `tf.nn.moments` over
+the last axis by its positive index + `tf.nn.batch_normalization` (oneDNN's
+GeluExact and LayerNorm fusions); for ONNX and OpenVINO, `½x · (1 + erf(x/√2))`
+and `(x - μ) / √(mean((x - μ)²) + ε) · γ + β`, the forms ONNX Runtime fuses into
+Gelu and LayerNormalization and OpenVINO into Gelu and MVN. Outputs equal the model's (tests/export/test_inference_graph.py
+compares every export with timm's logits).
+
+This module is TensorFlow by nature; the model code stays backend-neutral.
+
+Example:
+    graph = InferenceGraph(keras_cait.CaiT_XXS24())
+    scores = graph(tf.zeros([1, 224, 224, 3]))   # what model.predict returns
+"""
+
+import math
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_cait.layers import ClassToken, PatchEmbedding, PositionEmbedding
+from keras_cait.model import LAYER_NORM_EPSILON, ClassAttentionBlock, SelfAttentionBlock
+
+
+def folds(model):
+    """Whether `InferenceGraph` can fold `model`: a float32 CaiT classifier as `build_cait` makes it.
+
+    Anything else (mixed precision, int8, pooled or headless models, LoRA left
+    unmerged, other graphs) is exported as the Keras model itself.
+    """
+    try:
+        _structure(model)
+    except ValueError:
+        return False
+    return True
+
+
+def _structure(model):
+    """The layers of a foldable CaiT, by role; a ValueError naming what differs otherwise."""
+    layers = {layer.name: layer for layer in model.layers}
+    names = [layer.name for layer in model.layers]
+    self_blocks = [layer for layer in model.layers if isinstance(layer, SelfAttentionBlock)]
+    class_blocks = [layer for layer in model.layers if isinstance(layer, ClassAttentionBlock)]
+    expected = (
+        ["images", "preprocessing", "patch_embedding", "position_embedding"]
+        + [block.name for block in self_blocks]
+        + ["class_token"]
+        + [block.name for block in class_blocks]
+        + ["final_norm", "token_pool", "predictions"]
+    )
+    if names != expected:
+        raise ValueError(f"{model.name}: layers {names} are not those of a CaiT classifier {expected}")
+    if not (
+        isinstance(layers["preprocessing"], keras.layers.Normalization)
+        and isinstance(layers["patch_embedding"], PatchEmbedding)
+        and isinstance(layers["position_embedding"], PositionEmbedding)
+        and isinstance(layers["class_token"], ClassToken)
+    ):
+        raise ValueError(f"{model.name}: its layers are not CaiT's")
+    head = layers["predictions"]
+    if head.activation not in (keras.activations.softmax, keras.activations.linear):
+        raise ValueError(f"{model.name}: the head's activation is neither softmax nor linear")
+    for layer in model._flatten_layers(include_self=False):
+        if layer.dtype_policy.name != "float32":
+            raise ValueError(f"{layer.name}: dtype policy {layer.dtype_policy.name}, not float32")
+        if getattr(layer, "quantization_mode", None) is not None:
+            raise ValueError(f"{layer.name}: quantized ({layer.quantization_mode})")
+    return layers, self_blocks, class_blocks
+
+
+def _numpy(weight):
+    return np.asarray(keras.ops.convert_to_numpy(weight), dtype="float64")
+
+
+def _dense(layer, scale=None):
+    """(kernel, bias) of a Dense, its output channels scaled by `scale`; LoRA merged by Keras' `kernel`."""
+    kernel = _numpy(layer.kernel)
+    bias = _numpy(layer.bias) if layer.use_bias else np.zeros(kernel.shape[1])
+    if scale is not None:
+        kernel, bias = kernel * scale, bias * scale
+    return kernel, bias
+
+
+class InferenceGraph(tf.Module):
+    """A CaiT classifier's inference computation with the constants folded (see the module docstring).
+
+    Args:
+        model: a float32 CaiT classifier from `build_cait` (a variant
+            constructor, with `include_top=True`, `include_preprocessing=True`);
+            `folds(model)` says whether it is one.
+        runtime: "tensorflow" for graphs that TensorFlow or LiteRT run,
+            "onnx" for graphs converted to ONNX or OpenVINO: the forms of GELU
+            and LayerNorm that each fuses (the module docstring).
+
+    Calling it on float32 `(batch, H, W, 3)` 0..255 RGB images returns what the
+    model returns (probabilities, or logits with `classifier_activation=None`).
+    """
+
+    def __init__(self, model, runtime="tensorflow", name="cait_inference"):
+        super().__init__(name=name)
+        if runtime not in FORMS:
+            raise ValueError(f"runtime={runtime!r}: must be one of {tuple(FORMS)}.")
+        self.gelu, self.layer_norm = FORMS[runtime]
+        layers, self_blocks, class_blocks = _structure(model)
+        self.image_shape = tuple(model.inputs[0].shape[1:])
+        self.softmax = layers["predictions"].activation is keras.activations.softmax
+        self.heads = self_blocks[0].num_heads if self_blocks else class_blocks[0].num_heads
+
+        def variable(value, name):
+            return tf.Variable(np.asarray(value, "float32"), trainable=False, name=name)
+
+        # === Patch embedding with the normalisation folded in ===
+        normalization = layers["preprocessing"]
+        mean = _numpy(normalization.mean).reshape(-1)
+        std = np.sqrt(_numpy(normalization.variance).reshape(-1))
+        projection = layers["patch_embedding"].projection
+        kernel = _numpy(projection.kernel)  # (P, P, 3, D)
+        bias = _numpy(projection.bias) - np.einsum("ijcd,c->d", kernel, mean / std)
+        self.patch_size = kernel.shape[0]
+        self.patch_kernel = variable(kernel / std[:, None], "patch_kernel")
+        positions = _numpy(layers["position_embedding"].embeddings)[0]
+        self.positions = variable(positions + bias, "positions_and_patch_bias")
+        self.class_token = variable(_numpy(layers["class_token"].token).reshape(1, -1), "class_token")
+
+        self.self_attention = [self._block(block, "qkv") for block in self_blocks]
+        self.class_attention = [self._block(block, "query") for block in class_blocks]
+        self.final_norm = self._norm(layers["final_norm"], "final_norm")
+        self.head = [variable(w, f"predictions_{part}") for w, part in zip(_dense(layers["predictions"]), "wb")]
+
+    def _norm(self, layer, name):
+        return [tf.Variable(np.asarray(_numpy(w), "float32"), trainable=False, name=f"{name}_{part}")
+                for w, part in ((layer.gamma, "gamma"), (layer.beta, "beta"))]
+
+    def _block(self, block, query_layer):
+        """One block's folded weights, {name: variable}."""
+        attention = block.attention
+        channels = block.attention_norm.gamma.shape[0]
+        head_dim = channels // block.num_heads
+        scale = head_dim**-0.5
+        weights = {}
+        if query_layer == "qkv":  # self-attention: scale the query third of qkv
+            weights["qkv"] = _dense(attention.qkv, np.repeat([scale, 1.0, 1.0], channels))
+            for name in ("pre_softmax_head_mix", "post_softmax_head_mix"):
+                # stored as the left factor of (H, H) @ (batch, H, N·M) and an (H, 1) bias
+                kernel, bias = _dense(getattr(attention, name))
+                weights[name] = (kernel.T, bias[:, None])
+        else:  # class attention
+            weights["query"] = _dense(attention.query, scale)
+            # key and value in one matmul over the tokens
+            key, value = _dense(attention.key), _dense(attention.value)
+            weights["key_value"] = (np.concatenate([key[0], value[0]], 1), np.concatenate([key[1], value[1]]))
+        weights["output_projection"] = _dense(attention.output_projection, _numpy(block.attention_layer_scale.gamma))
+        weights["mlp_dense_1"] = _dense(block.mlp_dense_1)
+        weights["mlp_dense_2"] = _dense(block.mlp_dense_2, _numpy(block.mlp_layer_scale.gamma))
+        prefix = block.name
+        variables = {
+            f"{name}_{part}": tf.Variable(np.asarray(value, "float32"), trainable=False, name=f"{prefix}/{name}_{part}")
+            for name, pair in weights.items()
+            for part, value in zip(("kernel", "bias"), pair)
+        }
+        for norm in ("attention_norm", "mlp_norm"):
+            variables[f"{norm}_gamma"], variables[f"{norm}_beta"] = self._norm(getattr(block, norm), f"{prefix}/{norm}")
+        return variables
+
+    # === The computation ===
+
+    def __call__(self, images):
+        height, width, _ = self.image_shape
+        rows, cols = height // self.patch_size, width // self.patch_size
+        tokens = rows * cols
+        channels = self.class_token.shape[-1]
+        patches = tf.nn.conv2d(images, self.patch_kernel, strides=self.patch_size, padding="VALID")
+        # (batch, tokens, channels) for the position embedding, then flat (batch·tokens, channels).
+        x = tf.reshape(tf.reshape(patches, [-1, tokens, channels]) + self.positions, [-1, channels])
+        for weights in self.self_attention:
+            x = x + self._self_attention(self.layer_norm(x, *_norm_of(weights, "attention_norm")), weights, tokens)
+            x = x + self._mlp(x, weights)
+        class_token = tf.broadcast_to(self.class_token, [tf.shape(images)[0], channels])
+        patches = tf.reshape(x, [-1, tokens, channels])
+        for weights in self.class_attention:
+            joined = tf.concat([class_token[:, None], patches], axis=1)
+            class_token = class_token + self._class_attention(
+                self.layer_norm(joined, *_norm_of(weights, "attention_norm")), weights, tokens + 1
+            )
+            class_token = class_token + self._mlp(class_token, weights)
+        scores = _linear(self.layer_norm(class_token, *self.final_norm), *self.head)
+        return tf.nn.softmax(scores) if self.softmax else scores
+
+    def _mlp(self, x, weights):
+        hidden = self.gelu(_linear(self.layer_norm(x, *_norm_of(weights, "mlp_norm")), weights["mlp_dense_1_kernel"],
+                               weights["mlp_dense_1_bias"]))
+        return _linear(hidden, weights["mlp_dense_2_kernel"], weights["mlp_dense_2_bias"])
+
+    def _self_attention(self, x, weights, tokens):
+        """x (batch·tokens, C) -> the attention branch (batch·tokens, C), λ_1 folded in."""
+        channels = x.shape[-1]
+        heads, head_dim = self.heads, channels // self.heads
+        qkv = _linear(x, weights["qkv_kernel"], weights["qkv_bias"])
+        qkv = tf.transpose(tf.reshape(qkv, [-1, tokens, 3, heads, head_dim]), [2, 0, 3, 1, 4])
+        query, key, value = tf.unstack(qkv)
+        logits = tf.matmul(query, key, transpose_b=True)  # (batch, heads, tokens, tokens)
+        logits = _mix_heads(logits, weights["pre_softmax_head_mix_kernel"], weights["pre_softmax_head_mix_bias"])
+        attention = tf.nn.softmax(logits)
+        attention = _mix_heads(attention, weights["post_softmax_head_mix_kernel"], weights["post_softmax_head_mix_bias"])
+        outputs = tf.reshape(tf.transpose(tf.matmul(attention, value), [0, 2, 1, 3]), [-1, channels])
+        return _linear(outputs, weights["output_projection_kernel"], weights["output_projection_bias"])
+
+    def _class_attention(self, z, weights, tokens):
+        """z (batch, 1 + patches, C) -> the class token's update (batch, C), λ_1 folded in."""
+        channels = z.shape[-1]
+        heads, head_dim = self.heads, channels // self.heads
+        query = _linear(z[:, 0], weights["query_kernel"], weights["query_bias"])
+        query = tf.reshape(query, [-1, heads, 1, head_dim])
+        key_value = _linear(tf.reshape(z, [-1, channels]), weights["key_value_kernel"], weights["key_value_bias"])
+        key_value = tf.transpose(tf.reshape(key_value, [-1, tokens, 2, heads, head_dim]), [2, 0, 3, 1, 4])
+        key, value = tf.unstack(key_value)
+        attention = tf.nn.softmax(tf.matmul(query, key, transpose_b=True))  # (batch, heads, 1, tokens)
+        outputs = tf.reshape(tf.matmul(attention, value), [-1, channels])
+        return _linear(outputs, weights["output_projection_kernel"], weights["output_projection_bias"])
+
+
+def _linear(x, kernel, bias):
+    return tf.nn.bias_add(tf.matmul(x, kernel), bias)
+
+
+def _onnx_gelu(x):
+    return (x * 0.5) * (1.0 + tf.math.erf(x / math.sqrt(2.0)))
+
+
+def _onnx_layer_norm(x, gamma, beta):
+    centred = x - tf.reduce_mean(x, axis=[-1], keepdims=True)
+    variance = tf.reduce_mean(tf.pow(centred, 2.0), axis=[-1], keepdims=True)
+    return centred / tf.sqrt(variance + LAYER_NORM_EPSILON) * gamma + beta
+
+
+def _tensorflow_layer_norm(x, gamma, beta):
+    # The last axis by its positive index: oneDNN's LayerNorm fusion does not match axes=[-1].
+    mean, variance = tf.nn.moments(x, axes=[len(x.shape) - 1], keepdims=True)
+    return tf.nn.batch_normalization(x, mean, variance, offset=beta, scale=gamma, variance_epsilon=LAYER_NORM_EPSILON)
+
+
+# runtime -> (GELU, LayerNorm), both exact.
+FORMS = {
+    "tensorflow": (lambda x: tf.nn.gelu(x, approximate=False), _tensorflow_layer_norm),
+    "onnx": (_onnx_gelu, _onnx_layer_norm),
+}
+
+
+def _norm_of(weights, name):
+    return weights[f"{name}_gamma"], weights[f"{name}_beta"]
+
+
+def _mix_heads(scores, kernel, bias):
+    """Talking heads over (batch, H, N, M): out_h' = Σ_h kernel[h', h] · scores_h + bias[h'].
+
+    One (H, H) @ (batch, H, N·M) matmul: no transpose of the large tensor.
+    """
+    _, heads, queries, keys = scores.shape
+    mixed = tf.matmul(kernel, tf.reshape(scores, [-1, heads, queries * keys])) + bias
+    return tf.reshape(mixed, [-1, heads, queries, keys])

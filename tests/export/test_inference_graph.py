@@ -1,0 +1,156 @@
+"""keras_cait.inference_graph: every export runs the folded graph and gives timm's logits.
+
+The reference is timm's CaiT with every parameter random (LayerScale gammas
+0.2..0.7, so a LayerScale folded into the wrong axis or block would show), its
+state_dict loaded into keras_cait through the converter.
+"""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_cait.export import export_litert, export_onnx, export_openvino, export_saved_model
+from keras_cait.inference_graph import InferenceGraph, folds
+from keras_cait.model import build_cait
+from keras_cait.weights import load_weights_file
+from tests.conftest import TINY_CAIT, TINY_SIZE, TimmReference
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """(timm model, Keras model with its weights and a linear head, images, timm's logits)."""
+    timm_reference = TimmReference(tmp_path_factory.mktemp("timm"))
+    timm_model = timm_reference.tiny_model(seed=3)
+    model = build_cait(**TINY_CAIT, input_shape=(TINY_SIZE, TINY_SIZE, 3), classifier_activation=None)
+    load_weights_file(model, str(timm_reference.save(timm_model)))
+    images = timm_reference.images(4, TINY_SIZE, seed=3)
+    logits, _ = TimmReference.outputs(timm_model, images)
+    return model, images.astype("float32"), logits
+
+
+def softmax(logits):
+    exponentials = np.exp(logits - logits.max(-1, keepdims=True))
+    return exponentials / exponentials.sum(-1, keepdims=True)
+
+
+def run_saved_model(path, images):
+    signature = tf.saved_model.load(str(path)).signatures["serving_default"]
+    return signature(images=tf.constant(images))["probabilities"].numpy()
+
+
+def run_onnx(path, images):
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(None, {"images": images})[0]
+
+
+def run_openvino(path, images):
+    import openvino
+
+    return openvino.Core().compile_model(str(path), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})(images)[0]
+
+
+def run_litert(path, images):
+    from ai_edge_litert.interpreter import Interpreter
+
+    (outputs,) = Interpreter(model_path=str(path)).get_signature_runner("serving_default")(images=images).values()
+    return outputs
+
+
+EXPORTS = {
+    "saved_model": (lambda model, path: export_saved_model(model, path / "1"), lambda path, x: run_saved_model(
+        path / "1", x)),
+    "onnx": (lambda model, path: export_onnx(model, path / "cait.onnx"), lambda path, x: run_onnx(
+        path / "cait.onnx", x)),
+    "openvino": (lambda model, path: export_openvino(model, path / "cait.xml"), lambda path, x: run_openvino(
+        path / "cait.xml", x)),
+    "litert": (lambda model, path: export_litert(model, path / "cait.tflite"), lambda path, x: run_litert(
+        path / "cait.tflite", x)),
+}
+
+
+def test_the_folded_graph_gives_timms_logits(reference):
+    model, images, logits = reference
+    assert folds(model)
+    TimmReference.assert_matches(InferenceGraph(model)(tf.constant(images)), logits, "tensorflow form")
+    TimmReference.assert_matches(InferenceGraph(model, runtime="onnx")(tf.constant(images)), logits, "onnx form")
+
+
+@pytest.mark.parametrize("export", EXPORTS)
+def test_every_export_gives_timms_outputs(reference, export, tmp_path):
+    model, images, logits = reference
+    write, run = EXPORTS[export]
+    write(model, tmp_path)
+    outputs = run(tmp_path, images)
+    # The SavedModel's signatures return probabilities (a softmax of the logits).
+    expected = softmax(logits) if export == "saved_model" else logits
+    TimmReference.assert_matches(outputs, expected, export)
+
+
+def test_folding_leaves_the_keras_model_as_it_is(reference):
+    model, images, _ = reference
+    before = [np.array(weight) for weight in model.weights]
+    predictions = model.predict(images, verbose=0)
+    InferenceGraph(model)
+    assert all(np.array_equal(a, np.array(b)) for a, b in zip(before, model.weights))
+    np.testing.assert_array_equal(model.predict(images, verbose=0), predictions)
+    assert [weight.path for weight in model.weights if "layer_scale" in weight.path]  # still there
+
+
+def test_the_graph_holds_no_layer_scale_normalisation_or_dropout(reference):
+    model, _, _ = reference
+    graph = InferenceGraph(model)
+    names = [variable.name for variable in graph.variables]
+    assert not [name for name in names if "layer_scale" in name or "gamma_" in name]
+    ops = {
+        op.type
+        for op in tf.function(graph).get_concrete_function(tf.TensorSpec([None, TINY_SIZE, TINY_SIZE, 3])).graph
+        .get_operations()
+    }
+    # Drop path and dropout are absent, not identities that draw random numbers.
+    assert not {op for op in ops if "Random" in op}
+    # 2 + 2 blocks: LayerScale gammas gone, mean/variance of the normalisation gone.
+    assert sum(int(np.prod(variable.shape)) for variable in graph.variables) == sum(
+        int(np.prod(weight.shape)) for weight in model.trainable_weights
+    ) - 4 * 2 * TINY_CAIT["embed_dim"] - TINY_CAIT["embed_dim"]
+
+
+def test_our_onnx_runs_fewer_nodes_than_timms_under_onnx_runtime(reference, tmp_path):
+    """ONNX Runtime's optimised graphs (its fusions applied): our LayerNorms fuse, no identity ops."""
+    import onnx
+    import onnxruntime
+    import torch
+
+    model, _, _ = reference
+    timm_model = TimmReference(tmp_path).tiny_model(seed=3)
+    torch.onnx.export(timm_model, (torch.zeros(1, 3, TINY_SIZE, TINY_SIZE),), str(tmp_path / "timm.onnx"),
+                      input_names=["images"], dynamic_axes={"images": {0: "batch"}}, dynamo=False)
+    export_onnx(model, tmp_path / "ours.onnx")
+
+    def optimised_nodes(name):
+        options = onnxruntime.SessionOptions()
+        options.optimized_model_filepath = str(tmp_path / f"optimised-{name}")
+        onnxruntime.InferenceSession(str(tmp_path / name), options, providers=["CPUExecutionProvider"])
+        return [node.op_type for node in onnx.load(options.optimized_model_filepath).graph.node]
+
+    ours, timms = optimised_nodes("ours.onnx"), optimised_nodes("timm.onnx")
+    assert ours.count("LayerNormalization") >= 2 * TINY_CAIT["depth"] + 1
+    assert "Identity" not in ours and "Dropout" not in ours
+    assert len(ours) < len(timms), (len(ours), len(timms))
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [dict(classifier_activation="softmax", pooling="avg"), dict(include_top=False, pooling="token")],
+)
+def test_models_it_does_not_fold_are_exported_as_they_are(tiny_cait, changes):
+    assert not folds(tiny_cait(**changes))
+
+
+def test_a_mixed_precision_model_is_not_folded(tiny_cait, policy):
+    policy("mixed_bfloat16")
+    assert not folds(tiny_cait())
+    keras.mixed_precision.set_global_policy("float32")
+    assert folds(tiny_cait())
