@@ -29,7 +29,7 @@ def test_smoke_run_times_every_path_on_the_same_model(tmp_path):
     for row in rows.values():
         # Both sides load the same random timm weights: a path that computed another model fails here.
         assert row["max_relative_difference"] <= (3e-2 if row["path"] in BFLOAT16 else 1e-4), row
-        assert row["peak_rss_mb"] > 0
+        assert row["peak_memory_mb"] > 0
         assert len(row["rounds"]) == 1 and row["images_per_second"] > 0
         assert 0 < row["fraction_of_ceiling"] and row["ceiling_gflops"] > 0
     assert all(rows["timm-eager", batch]["ratio_to_timm_eager"] == 1.0 for batch in (1, 2))
