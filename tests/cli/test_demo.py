@@ -14,15 +14,19 @@ from keras_cait.cli import demo
 from keras_cait.weights import registry
 
 
-def test_the_small_demo_runs_end_to_end_offline(tmp_path):
-    """The demo command as CI runs it: small mode through the environment, no network."""
+def test_the_demo_reaches_its_accuracy_end_to_end_offline(tmp_path):
+    """`keras-cait demo` with its defaults, as a new user runs it on a machine without network:
+    the full from-scratch recipe, deterministic with its seed, so its held-out accuracy is a
+    guard (95.3 % measured; it fell to 80 % once, unnoticed, when the initialisation changed)."""
     import tensorflow as tf
 
     out = tmp_path / "out"
-    env = {**os.environ, demo.SMALL_ENV: "1", "KERAS_HOME": str(tmp_path / "keras_home")}
+    env = {**os.environ, "KERAS_HOME": str(tmp_path / "keras_home"), "HF_HUB_OFFLINE": "1",
+           registry.HUB_URL_ENV: "http://127.0.0.1:9"}  # no cached weights, no hub: from scratch
+    env.pop(demo.SMALL_ENV, None)
     finished = subprocess.run(
         [sys.executable, "-m", "keras_cait.cli", "demo", "--out", str(out)],
-        env=env, capture_output=True, text=True, timeout=540,
+        env=env, capture_output=True, text=True, timeout=900,
     )
     assert finished.returncode == 0, finished.stderr[-3000:]
     stdout = finished.stdout
@@ -30,11 +34,11 @@ def test_the_small_demo_runs_end_to_end_offline(tmp_path):
 
     # It trains with progress bars and reports both accuracies, far above chance (10%).
     assert "Epoch 1/" in stdout and "val_accuracy" in stdout
-    assert summary["init"] == "scratch" and summary["small"]
+    assert summary["init"] == "scratch" and not summary["small"]
+    assert summary["epochs"] == demo.RECIPES["scratch"].epochs
     assert f"validation accuracy: {summary['validation_accuracy']:.1%}" in stdout
     assert f"held-out accuracy of the reloaded SavedModel: {summary['held_out_accuracy']:.1%}" in stdout
-    assert summary["validation_accuracy"] > 0.5
-    assert summary["held_out_accuracy"] > 0.5
+    assert summary["held_out_accuracy"] >= 0.93
 
     # The exported SavedModel itself classifies the held-out digits as reported.
     _, _, (held_x, held_y) = demo.split(*demo.load_digits_images(summary["image_side"]))
