@@ -23,7 +23,7 @@ Where it starts from (`--init`):
 - "auto" (default): "imagenet" when those weights are cached or their host
   answers, else "scratch". Small mode always uses "scratch".
 
-Small mode (`--small` or KERAS_CAIT_DEMO_SMALL=1, for CI): a 2-block CaiT on
+Small mode (`--small` or KERAS_CAIT_DEMO_SMALL=1, a quick check): a 2-block CaiT on
 8×8 patches for a few epochs; well above chance, about a minute.
 
 Everything goes to `--out` (default ./keras_cait_demo): `model.keras`,
