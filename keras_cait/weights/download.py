@@ -16,7 +16,8 @@ verified result.
 
 This follows huggingface_hub's protocol with the standard library rather than
 depending on it: the download is one file, and the package keeps to its few
-core dependencies.
+core dependencies. Where huggingface_hub is installed, the file comes through
+its cache instead, the one timm fills (`hf_cache`); `fetch` chooses.
 """
 
 import contextlib
@@ -36,7 +37,7 @@ import warnings
 import keras
 
 from keras_cait import atomic
-from keras_cait.weights import registry
+from keras_cait.weights import hf_cache, registry
 from keras_cait.weights.convert import load_state_dict, read_checkpoint
 
 try:
@@ -255,6 +256,19 @@ def size_bound(model):
     return 4 * parameters * 101 // 100
 
 
+def fetch(arch, destination, max_bytes):
+    """(path, description) of `arch`'s verified model.safetensors.
+
+    Through the Hugging Face cache where huggingface_hub is installed and
+    KERAS_CAIT_HUB_URL is not set (`hf_cache`); else downloaded to
+    `destination` by `download`, at most `max_bytes`.
+    """
+    huggingface_hub = hf_cache.huggingface_hub_or_none()
+    if huggingface_hub is not None:
+        return hf_cache.checkpoint(huggingface_hub, arch)
+    return destination, f"file downloaded from {download(arch, destination, max_bytes=max_bytes)}"
+
+
 def _usable_cache(path):
     """Whether the cached `path` is a complete HDF5 file; anything else there is removed."""
     import h5py
@@ -380,8 +394,8 @@ def imagenet_weights(arch, build_reference_model):
         converted = downloaded.removesuffix(".safetensors") + ".weights.h5"
         try:
             model = build_reference_model()
-            url = download(arch, downloaded, max_bytes=size_bound(model))
-            load_state_dict(model, read_checkpoint(downloaded), source=f"file downloaded from {url}")
+            checkpoint, source = fetch(arch, downloaded, max_bytes=size_bound(model))
+            load_state_dict(model, read_checkpoint(checkpoint), source=source)
             model.save_weights(converted)
             os.replace(converted, target)
         finally:

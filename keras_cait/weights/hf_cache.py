@@ -1,0 +1,157 @@
+"""The ImageNet checkpoints through the Hugging Face cache, the one timm fills.
+
+Where huggingface_hub is installed (timm installs it), `weights="imagenet"`
+asks it for `timm/<arch>.fb_dist_in1k/model.safetensors`, exactly as timm does:
+a file timm already downloaded is not downloaded again, and huggingface_hub's
+own settings apply, read when it is imported: `HF_HOME` / `HF_HUB_CACHE` (where
+the cache is), `HF_ENDPOINT` (a mirror), `HF_HUB_OFFLINE=1` (the cache only,
+no network) and `HF_TOKEN`.
+
+huggingface_hub names each cached blob after the sha256 the hub sent in
+`X-Linked-Etag` (`<cache>/models--timm--<arch>.fb_dist_in1k/blobs/<sha256>`)
+but does not check the bytes against it. keras_cait does, before the file is
+converted: against the pinned sha256 where `registry.CHECKPOINTS` has one,
+else against the blob's name. A blob whose bytes do not match its name is
+removed from the cache (with its snapshot link) and refused, so that neither
+keras_cait nor timm loads it again. The key set and shapes are checked next,
+by the conversion (`download.imagenet_weights`).
+
+Setting `KERAS_CAIT_HUB_URL` (a plain file mirror) keeps keras_cait's own
+downloader (`download.download`), as does an environment without
+huggingface_hub.
+"""
+
+import hashlib
+import os
+import re
+
+from keras_cait.weights import registry
+
+FILENAME = "model.safetensors"
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_CHUNK = 1 << 20
+
+
+def huggingface_hub_or_none():
+    """The huggingface_hub module when it is installed and KERAS_CAIT_HUB_URL is not set, else None."""
+    if os.environ.get(registry.HUB_URL_ENV):
+        return None
+    try:
+        import huggingface_hub
+    except ImportError:
+        return None
+    return huggingface_hub
+
+
+def repo_id(arch):
+    """timm's repository of a checkpoint on the hub, e.g. "timm/cait_s24_224.fb_dist_in1k"."""
+    return f"timm/{arch}.{registry.TAG}"
+
+
+def _sha256_of(path):
+    sha256 = hashlib.sha256()
+    with open(path, "rb") as file:
+        while chunk := file.read(_CHUNK):
+            sha256.update(chunk)
+    return sha256.hexdigest()
+
+
+def _hub_sha256(huggingface_hub, arch):
+    """The sha256 the hub sends for the file (its X-Linked-Etag), from a HEAD request.
+
+    Needed only where the cache keeps no blob named by it: huggingface_hub
+    without symlinks (Windows without developer mode) moves the blob to the
+    snapshot's file name.
+    """
+    url = huggingface_hub.hf_hub_url(repo_id(arch), FILENAME)
+    try:
+        etag = huggingface_hub.get_hf_file_metadata(url).etag or ""
+    except Exception as error:  # noqa: BLE001  any failure means: no hash to check against
+        raise OSError(
+            f"Cannot verify the ImageNet weights of {arch} in the Hugging Face cache: the cached "
+            f"file is no blob named by its sha256 (a cache without symlinks), keras_cait pins no "
+            f"sha256 for it, and asking {url} for it failed ({error}). Pass the file's path "
+            f"instead: weights='/path/to/model.safetensors'."
+        ) from error
+    if not _SHA256.fullmatch(etag):
+        raise OSError(
+            f"Cannot verify the ImageNet weights of {arch}: {url} sent no sha256 (ETag {etag!r}) "
+            f"and keras_cait pins none. Pass a file you checked: weights='/path/to/model.safetensors'."
+        )
+    return etag
+
+
+def _remove(*paths):
+    """Removes `paths`; returns what could not be removed, as text for an error message."""
+    failures = []
+    for path in paths:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            failures.append(f"{path} ({error.strerror})")
+    return "; ".join(failures)
+
+
+def verify(huggingface_hub, arch, snapshot_path):
+    """Checks the bytes of the cached file against the pinned sha256, else its blob's name.
+
+    A blob whose bytes differ from its name is removed with its snapshot link
+    before the error is raised.
+    """
+    blob = os.path.realpath(snapshot_path)
+    name = os.path.basename(blob)
+    blob_sha256 = name if blob != os.path.abspath(snapshot_path) and _SHA256.fullmatch(name) else None
+    actual = _sha256_of(blob)
+    if blob_sha256 is not None and actual != blob_sha256:
+        failed = _remove(snapshot_path, blob)
+        removed = (f"It could not be removed: {failed}; delete it yourself" if failed
+                   else "It was removed from the cache")
+        raise OSError(
+            f"The Hugging Face cache holds corrupted ImageNet weights of {arch}: the sha256 of "
+            f"{blob} is {actual}, not the {blob_sha256} it is named after (the hash the hub sent). "
+            f"{removed}, and nothing was converted; try again to download it anew."
+        )
+    pinned = registry.CHECKPOINTS[arch]["sha256"]
+    expected, source = (pinned, "the pinned sha256") if pinned else (
+        (blob_sha256, "the sha256 the hub sent (the blob's name)") if blob_sha256
+        else (_hub_sha256(huggingface_hub, arch), "the sha256 the hub sent (X-Linked-Etag)")
+    )
+    if actual != expected:
+        raise OSError(
+            f"The ImageNet weights of {arch} in the Hugging Face cache ({blob}) are not the ones "
+            f"keras_cait expects: their sha256 is {actual}, {source} is {expected}. Nothing was "
+            f"converted. If the hub's file changed, pass it explicitly once you trust it: "
+            f"weights='{snapshot_path}'."
+        )
+
+
+def checkpoint(huggingface_hub, arch):
+    """(path, description) of `arch`'s verified model.safetensors in the Hugging Face cache.
+
+    Downloads it through huggingface_hub unless it is cached already.
+    """
+    from huggingface_hub import constants, errors
+
+    where = f"{constants.ENDPOINT}/{repo_id(arch)}"
+    cache = constants.HF_HUB_CACHE
+    try:
+        path = huggingface_hub.hf_hub_download(repo_id(arch), FILENAME)
+    except errors.LocalEntryNotFoundError as error:
+        reason = ("HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE
+                  else f"{where} is unreachable")
+        raise ConnectionError(
+            f"The ImageNet weights of {arch} are not in the Hugging Face cache ({cache}) and "
+            f"{reason}. Download them where there is network (timm.create_model('{arch}', "
+            f"pretrained=True) fills the same cache), or pass the file's path: "
+            f"weights='/path/to/model.safetensors' (or the official {registry.official_pth(arch)})."
+        ) from error
+    except errors.HfHubHTTPError as error:
+        raise ConnectionError(
+            f"The Hugging Face hub at {where} refused the ImageNet weights of {arch} ({error}). "
+            f"If HF_ENDPOINT is set, check that it points at a mirror of https://huggingface.co; "
+            f"or pass a local file: weights='/path/to/model.safetensors'."
+        ) from error
+    verify(huggingface_hub, arch, path)
+    return path, f"Hugging Face cache file {path}"

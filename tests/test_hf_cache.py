@@ -1,0 +1,289 @@
+"""weights="imagenet" through the Hugging Face cache, the one timm fills.
+
+A fake hub on 127.0.0.1 (HF_ENDPOINT) answers as huggingface.co does: `HEAD` and
+`GET .../resolve/main/model.safetensors` get a 302 carrying `X-Repo-Commit`,
+`X-Linked-Etag` (the sha256) and `X-Linked-Size`, to a CDN on another host name
+(`localhost`) that sends the bytes. huggingface_hub reads HF_* variables when it
+is imported, so the `hf` fixture sets them and reloads its `constants`, as a
+fresh process would read them; one test runs a fresh process.
+"""
+
+import hashlib
+import http.server
+import importlib
+import os
+import subprocess
+import sys
+import threading
+
+import keras
+import numpy as np
+import pytest
+
+import keras_cait
+from keras_cait.weights import CHECKPOINTS
+from keras_cait.weights.registry import HUB_URL_ENV, TAG
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+HF_VARIABLES = ("HF_HOME", "HF_HUB_CACHE", "HF_ENDPOINT", "HF_HUB_OFFLINE", "HF_TOKEN", HUB_URL_ENV)
+
+
+def sha256(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+class FakeHub:
+    """huggingface.co for `timm/<arch>.fb_dist_in1k/model.safetensors`, and its CDN."""
+
+    def __init__(self):
+        self.files = {}  # resolve path -> (hub headers, body the CDN sends)
+        self.requests = []  # (method, path, Authorization header)
+        hub = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def answer(self, send_body):
+                hub.requests.append((self.command, self.path, self.headers.get("Authorization")))
+                if self.path in hub.files:  # the hub: 302 with the file's metadata
+                    headers, _ = hub.files[self.path]
+                    self.send_response(302)
+                    for name, value in headers.items():
+                        self.send_header(name, value)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                cdn = {hub.cdn_path(path): body for path, (_, body) in hub.files.items()}
+                if self.path not in cdn:
+                    self.send_response(404)
+                    self.send_header("X-Error-Code", "EntryNotFound")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(cdn[self.path])))
+                self.end_headers()
+                if send_body:
+                    self.wfile.write(cdn[self.path])
+
+            def do_HEAD(self):
+                self.answer(send_body=False)
+
+            def do_GET(self):
+                self.answer(send_body=True)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{port}"
+        self.cdn_url = f"http://localhost:{port}"  # another host: huggingface_hub stops at the 302
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @staticmethod
+    def path(arch):
+        return f"/timm/{arch}.{TAG}/resolve/main/model.safetensors"
+
+    @staticmethod
+    def cdn_path(path):
+        return "/cdn" + path
+
+    def serve(self, arch, body, cdn_body=None):
+        """Serves `body` as `arch`'s file, its sha256 on the 302; the CDN sends `cdn_body` (default `body`)."""
+        headers = {
+            "Location": self.cdn_url + self.cdn_path(self.path(arch)),
+            "X-Repo-Commit": COMMIT,
+            "X-Linked-Etag": f'"{sha256(body)}"',
+            "X-Linked-Size": str(len(body)),
+            "ETag": '"0a1b2c"',  # the git pointer's etag, which X-Linked-Etag overrides
+        }
+        self.files[self.path(arch)] = (headers, body if cdn_body is None else cdn_body)
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def reload_huggingface_hub_settings():
+    import huggingface_hub.constants
+
+    importlib.reload(huggingface_hub.constants)
+
+
+@pytest.fixture
+def hub():
+    server = FakeHub()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def hf(tmp_path, hub, keras_cache):
+    """Points huggingface_hub at the fake hub and an empty HF_HOME; `hf.set(NAME=value)` sets more."""
+
+    class Settings:
+        home = tmp_path / "hf_home"
+        cache = home / "hub"
+
+        def set(self, **variables):
+            for name, value in variables.items():
+                patch.setenv(name, value)
+            reload_huggingface_hub_settings()
+
+        def repo(self, arch):
+            return self.cache / f"models--timm--{arch}.{TAG}"
+
+    with pytest.MonkeyPatch.context() as patch:
+        for name in HF_VARIABLES:
+            patch.delenv(name, raising=False)
+        settings = Settings()
+        settings.set(HF_HOME=str(settings.home), HF_ENDPOINT=hub.url)
+        yield settings
+    reload_huggingface_hub_settings()
+
+
+def logits(model, images):
+    return keras.ops.convert_to_numpy(model(images, training=False))
+
+
+def listing(folder):
+    """Every file and link under `folder`, relative, with where each link points."""
+    found = {}
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            if os.path.islink(path):
+                found[os.path.relpath(path, folder)] = os.readlink(path)
+            elif os.path.isfile(path):
+                found[os.path.relpath(path, folder)] = "file"
+    return found
+
+
+def test_imagenet_downloads_into_the_hugging_face_cache_verified_by_the_blob_name(
+    hf, hub, keras_cache, timm_reference, monkeypatch
+):
+    monkeypatch.setitem(CHECKPOINTS["cait_xxs24_224"], "sha256", None)  # verified by the hub's hash
+    reference = timm_reference.model("cait_xxs24_224")
+    body = timm_reference.save(reference).read_bytes()
+    hub.serve("cait_xxs24_224", body)
+    hf.set(HF_TOKEN="hf_secret")
+    images = timm_reference.images(2, 224)
+    expected, _ = timm_reference.outputs(reference, images)
+
+    model = keras_cait.CaiT_XXS24(weights="imagenet", classifier_activation=None)
+
+    timm_reference.assert_matches(logits(model, images), expected, "logits")
+    path = FakeHub.path("cait_xxs24_224")
+    assert hub.requests == [
+        ("HEAD", path, "Bearer hf_secret"),  # HF_TOKEN, to the hub only
+        ("GET", FakeHub.cdn_path(path), None),
+    ]
+    assert listing(hf.repo("cait_xxs24_224")) == {  # huggingface_hub's layout, as timm leaves it
+        f"blobs/{sha256(body)}": "file",
+        "refs/main": "file",
+        f"snapshots/{COMMIT}/model.safetensors": f"../../blobs/{sha256(body)}",
+    }
+    assert os.listdir(keras_cache) == [f"cait_xxs24_224.{TAG}.weights.h5"]
+
+
+@pytest.mark.parametrize("where", ["in_transit", "on_disk"])
+def test_a_blob_whose_bytes_differ_from_its_name_is_refused_removed_and_nothing_cached(
+    hf, hub, keras_cache, timm_reference, where
+):
+    body = timm_reference.save(timm_reference.model("cait_xxs24_384")).read_bytes()
+    altered = bytearray(body)
+    altered[len(body) // 3] ^= 0x01  # same size, still a valid safetensors file
+    blob = hf.repo("cait_xxs24_384") / "blobs" / sha256(body)
+    if where == "in_transit":
+        hub.serve("cait_xxs24_384", body, cdn_body=bytes(altered))
+    else:  # downloaded intact (by timm, say), then changed in the cache
+        hub.serve("cait_xxs24_384", body)
+        import huggingface_hub
+
+        huggingface_hub.hf_hub_download(f"timm/cait_xxs24_384.{TAG}", "model.safetensors")
+        blob.write_bytes(altered)
+
+    with pytest.raises(OSError, match="corrupted ImageNet weights of cait_xxs24_384") as error:
+        keras_cait.CaiT_XXS24(weights="imagenet", input_shape=(384, 384, 3))
+
+    message = str(error.value)
+    assert f"is {sha256(bytes(altered))}, not the {sha256(body)} it is named after" in message
+    assert "It was removed from the cache" in message
+    assert not any(name.endswith("model.safetensors") or "blobs/" in name
+                   for name in listing(hf.repo("cait_xxs24_384"))), "the blob and its link are gone"
+    assert not os.path.exists(keras_cache) or os.listdir(keras_cache) == []
+
+
+def test_the_pinned_sha256_wins_over_the_blob_name(hf, hub, keras_cache, timm_reference):
+    """cait_xxs24_224's real hash is pinned: an intact hub file with another hash is refused
+    (and left to timm: its bytes match its name)."""
+    body = timm_reference.save(timm_reference.model("cait_xxs24_224")).read_bytes()
+    hub.serve("cait_xxs24_224", body)
+
+    with pytest.raises(OSError, match="not the ones keras_cait expects") as error:
+        keras_cait.CaiT_XXS24(weights="imagenet")
+
+    assert f"the pinned sha256 is {CHECKPOINTS['cait_xxs24_224']['sha256']}" in str(error.value)
+    assert (hf.repo("cait_xxs24_224") / "blobs" / sha256(body)).exists()
+    assert not os.path.exists(keras_cache) or os.listdir(keras_cache) == []
+
+
+def test_offline_with_nothing_cached_names_the_cache_and_sends_no_request(hf, hub, keras_cache):
+    hf.set(HF_HUB_OFFLINE="1")
+
+    with pytest.raises(ConnectionError, match="not in the Hugging Face cache") as error:
+        keras_cait.CaiT_XXS24(weights="imagenet")
+
+    assert "HF_HUB_OFFLINE is set" in str(error.value)
+    assert str(hf.cache) in str(error.value)
+    assert hub.requests == []
+    assert not os.path.exists(keras_cache) or os.listdir(keras_cache) == []
+
+
+@pytest.mark.parametrize("route", ["without_huggingface_hub", "keras_cait_hub_url"])
+def test_the_own_downloader_is_used_without_huggingface_hub_or_with_keras_cait_hub_url(
+    hf, hub, keras_cache, timm_reference, monkeypatch, route
+):
+    from keras_cait.weights import registry
+
+    body = timm_reference.save(timm_reference.model("cait_xxs24_384")).read_bytes()
+    hub.serve("cait_xxs24_384", body)
+    if route == "without_huggingface_hub":
+        monkeypatch.setitem(sys.modules, "huggingface_hub", None)
+        monkeypatch.setattr(registry, "HUB_URL", hub.url + "/timm")  # stands for huggingface.co/timm
+    else:
+        monkeypatch.setenv(HUB_URL_ENV, hub.url + "/timm")
+
+    keras_cait.CaiT_XXS24(weights="imagenet", input_shape=(384, 384, 3))
+
+    path = FakeHub.path("cait_xxs24_384")
+    assert hub.requests == [("GET", path, None), ("GET", FakeHub.cdn_path(path), None)]
+    assert not hf.cache.exists()
+    assert os.listdir(keras_cache) == [f"cait_xxs24_384.{TAG}.weights.h5"]
+
+
+def test_a_file_timm_downloaded_loads_in_a_fresh_offline_process(hf, hub, tmp_path, timm_reference):
+    """timm fills the cache through the fake hub; the hub goes away; a new process with
+    HF_HUB_OFFLINE=1 builds the model from that file and computes timm's logits."""
+    import timm
+
+    body = timm_reference.save(timm_reference.model("cait_xxs24_384")).read_bytes()
+    hub.serve("cait_xxs24_384", body)
+    downloaded_by_timm = timm.create_model("cait_xxs24_384", pretrained=True).eval()
+    hub.close()
+    images = timm_reference.images(1, 384)
+    expected, _ = timm_reference.outputs(downloaded_by_timm, images)
+    np.save(tmp_path / "images.npy", images)
+    env = {name: value for name, value in os.environ.items() if name not in HF_VARIABLES}
+    env.update(HF_HOME=str(hf.home), HF_HUB_OFFLINE="1", HF_ENDPOINT=hub.url,
+               KERAS_HOME=str(tmp_path / "fresh_keras_home"), TF_CPP_MIN_LOG_LEVEL="3")
+    script = (
+        "import sys, numpy as np, keras_cait\n"
+        "model = keras_cait.CaiT_XXS24(weights='imagenet', input_shape=(384, 384, 3), "
+        "classifier_activation=None)\n"
+        "np.save(sys.argv[1] + '/logits.npy', np.asarray(model(np.load(sys.argv[1] + '/images.npy'))))\n"
+    )
+
+    subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, check=True, timeout=300)
+
+    timm_reference.assert_matches(np.load(tmp_path / "logits.npy"), expected, "logits")
+    assert len([request for request in hub.requests if request[0] == "GET"]) == 1, "timm's download only"
