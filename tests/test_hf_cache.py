@@ -37,12 +37,13 @@ class FakeHub:
 
     def __init__(self):
         self.files = {}  # resolve path -> (hub headers, body the CDN sends)
-        self.requests = []  # (method, path, Authorization header)
+        self.requests = []  # (method, path, Authorization header) of the file and its CDN copy
         hub = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def answer(self, send_body):
-                hub.requests.append((self.command, self.path, self.headers.get("Authorization")))
+                if "/resolve/" in self.path:  # not huggingface_hub's own /api calls
+                    hub.requests.append((self.command, self.path, self.headers.get("Authorization")))
                 if self.path in hub.files:  # the hub: 302 with the file's metadata
                     headers, _ = hub.files[self.path]
                     self.send_response(302)
@@ -241,19 +242,20 @@ def test_offline_with_nothing_cached_names_the_cache_and_sends_no_request(hf, hu
 
 @pytest.mark.parametrize("route", ["without_huggingface_hub", "keras_cait_hub_url"])
 def test_the_own_downloader_is_used_without_huggingface_hub_or_with_keras_cait_hub_url(
-    hf, hub, keras_cache, timm_reference, monkeypatch, route
+    hf, hub, keras_cache, timm_reference, route
 ):
     from keras_cait.weights import registry
 
     body = timm_reference.save(timm_reference.model("cait_xxs24_384")).read_bytes()
     hub.serve("cait_xxs24_384", body)
-    if route == "without_huggingface_hub":
-        monkeypatch.setitem(sys.modules, "huggingface_hub", None)
-        monkeypatch.setattr(registry, "HUB_URL", hub.url + "/timm")  # stands for huggingface.co/timm
-    else:
-        monkeypatch.setenv(HUB_URL_ENV, hub.url + "/timm")
+    with pytest.MonkeyPatch.context() as patch:  # undone before `hf` reloads huggingface_hub's settings
+        if route == "without_huggingface_hub":
+            patch.setitem(sys.modules, "huggingface_hub", None)
+            patch.setattr(registry, "HUB_URL", hub.url + "/timm")  # stands for huggingface.co/timm
+        else:
+            patch.setenv(HUB_URL_ENV, hub.url + "/timm")
 
-    keras_cait.CaiT_XXS24(weights="imagenet", input_shape=(384, 384, 3))
+        keras_cait.CaiT_XXS24(weights="imagenet", input_shape=(384, 384, 3))
 
     path = FakeHub.path("cait_xxs24_384")
     assert hub.requests == [("GET", path, None), ("GET", FakeHub.cdn_path(path), None)]
