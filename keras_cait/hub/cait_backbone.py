@@ -1,0 +1,105 @@
+"""`CaiTBackbone`: the CaiT of `keras_cait.model.build_cait` as a keras-hub Backbone."""
+
+import contextlib
+
+import keras
+import keras_hub
+
+from keras_cait.hub import presets
+from keras_cait.model import build_cait
+
+
+@contextlib.contextmanager
+def _global_dtype_policy(dtype):
+    """`build_cait` takes its dtype policy from the global one, as keras.applications do."""
+    if dtype is None:
+        yield
+        return
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(dtype)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+@keras.saving.register_keras_serializable(package="keras_cait")
+class CaiTBackbone(keras_hub.models.Backbone):
+    """CaiT without its head: images -> the normalised token sequence.
+
+    Patch embedding, `depth` self-attention blocks (talking heads, LayerScale),
+    `class_attention_depth` class-attention blocks and the final LayerNorm, as
+    `keras_cait.model.build_cait` builds them (the same layer names, so the same
+    timm key map). Inputs are images already normalised with the ImageNet mean
+    and std (`CaiTImageConverter` does it); the output is
+    `(batch, 1 + patches, embed_dim)`, the class token first.
+
+    Args:
+        image_shape: `(height, width, 3)`, sides multiples of `patch_size`.
+        embed_dim, depth, num_heads, init_values: as in `keras_cait.variants.VARIANTS`.
+        patch_size: side of the square patches (16 for every CaiT).
+        mlp_ratio: MLP width / `embed_dim`.
+        class_attention_depth: number of class-attention blocks (2).
+        drop_path_rate: stochastic-depth rate, the same for every block.
+        dtype: dtype policy of the layers (default: the global policy).
+
+    Example:
+        backbone = CaiTBackbone.from_preset("cait_xxs24_224")   # ImageNet weights
+        tokens = backbone(np.zeros((1, 224, 224, 3)))          # (1, 197, 192)
+    """
+
+    def __init__(
+        self,
+        image_shape=(224, 224, 3),
+        embed_dim=384,
+        depth=24,
+        num_heads=8,
+        init_values=1e-5,
+        patch_size=16,
+        mlp_ratio=4.0,
+        class_attention_depth=2,
+        drop_path_rate=0.0,
+        dtype=None,
+        **kwargs,
+    ):
+        # === Functional Model ===
+        with _global_dtype_policy(dtype):
+            cait = build_cait(
+                embed_dim=embed_dim, depth=depth, num_heads=num_heads, init_values=init_values,
+                patch_size=patch_size, mlp_ratio=mlp_ratio,
+                class_attention_depth=class_attention_depth, include_top=False,
+                input_shape=tuple(image_shape), include_preprocessing=False,
+                drop_path_rate=drop_path_rate,
+            )
+        super().__init__(inputs=cait.input, outputs=cait.output, dtype=dtype, **kwargs)
+
+        # === Config ===
+        self.image_shape = tuple(image_shape)
+        self.embed_dim = embed_dim
+        self.depth = depth
+        self.num_heads = num_heads
+        self.init_values = init_values
+        self.patch_size = patch_size
+        self.mlp_ratio = mlp_ratio
+        self.class_attention_depth = class_attention_depth
+        self.drop_path_rate = drop_path_rate
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            image_shape=self.image_shape, embed_dim=self.embed_dim, depth=self.depth,
+            num_heads=self.num_heads, init_values=self.init_values, patch_size=self.patch_size,
+            mlp_ratio=self.mlp_ratio, class_attention_depth=self.class_attention_depth,
+            drop_path_rate=self.drop_path_rate,
+        )
+        return config
+
+    @classmethod
+    def from_preset(cls, preset, load_weights=True, **kwargs):
+        """A released checkpoint by its timm name (`"cait_s24_224"`), or any keras-hub preset."""
+        if not presets.is_released(preset):
+            return super().from_preset(preset, load_weights=load_weights, **kwargs)
+        backbone = cls(**presets.backbone_config(preset), **kwargs)
+        if load_weights:
+            presets.load_imagenet_weights(backbone, preset)
+        return backbone

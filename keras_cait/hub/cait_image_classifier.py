@@ -1,0 +1,100 @@
+"""`CaiTImageClassifier`: CaiT as a keras-hub ImageClassifier (from_preset, fit, save_to_preset)."""
+
+import keras
+import keras_hub
+
+from keras_cait.hub import presets
+from keras_cait.hub.cait_backbone import CaiTBackbone
+from keras_cait.hub.cait_image_classifier_preprocessor import CaiTImageClassifierPreprocessor
+
+POOLING_MODES = ("token", "avg")
+
+
+@keras.saving.register_keras_serializable(package="keras_cait")
+class CaiTImageClassifier(keras_hub.models.ImageClassifier):
+    """A `CaiTBackbone`, its class token (or patch mean) and a linear head.
+
+    With its preprocessor it takes RGB images of any size, 0..255, and runs the
+    reference evaluation transform on them (`CaiTImageConverter`).
+
+    Args:
+        backbone: a `CaiTBackbone`.
+        num_classes: size of the head.
+        preprocessor: a `CaiTImageClassifierPreprocessor`, or None for inputs
+            already resized and normalised.
+        pooling: "token" (the class token, as the checkpoints were trained) or
+            "avg" (mean of the patch tokens).
+        activation: of the head; None (default) returns logits.
+        dropout: before the head.
+        head_dtype: dtype policy of the head (default: the backbone's).
+
+    Example:
+        classifier = CaiTImageClassifier.from_preset("cait_s24_224")
+        classifier.predict(np.random.randint(0, 256, (1, 480, 640, 3)))  # (1, 1000) logits
+        tuned = CaiTImageClassifier.from_preset("cait_xxs24_224", num_classes=5)
+        tuned.fit(keras.utils.image_dataset_from_directory("photos/", image_size=(256, 256)))
+        tuned.save_to_preset("cait_photos")
+    """
+
+    backbone_cls = CaiTBackbone
+    preprocessor_cls = CaiTImageClassifierPreprocessor
+
+    def __init__(
+        self,
+        backbone,
+        num_classes,
+        preprocessor=None,
+        pooling="token",
+        activation=None,
+        dropout=0.0,
+        head_dtype=None,
+        **kwargs,
+    ):
+        if pooling not in POOLING_MODES:
+            raise ValueError(f"pooling={pooling!r}: must be one of {POOLING_MODES}.")
+        head_dtype = head_dtype or backbone.dtype_policy
+
+        # === Layers ===
+        self.backbone = backbone
+        self.preprocessor = preprocessor
+        self.output_dropout = keras.layers.Dropout(dropout, dtype=head_dtype, name="output_dropout")
+        self.output_dense = keras.layers.Dense(
+            num_classes, activation=activation, dtype=head_dtype, name="predictions"
+        )
+
+        # === Functional Model ===
+        inputs = self.backbone.input
+        tokens = self.backbone(inputs)
+        # The backbone's final LayerNorm is per token: its class token is the head's input.
+        features = tokens[:, 0] if pooling == "token" else keras.ops.mean(tokens[:, 1:], axis=1)
+        outputs = self.output_dense(self.output_dropout(features))
+        # keras_hub.models.Task, skipping ImageClassifier's own graph (a 2D pooling).
+        keras_hub.models.Task.__init__(self, inputs=inputs, outputs=outputs, **kwargs)
+
+        # === Config ===
+        self.num_classes = num_classes
+        self.pooling = pooling
+        self.activation = activation
+        self.dropout = dropout
+
+    @classmethod
+    def from_preset(cls, preset, load_weights=True, **kwargs):
+        """A released checkpoint by its timm name, or any keras-hub preset (folder, hf://, kaggle://).
+
+        For `"cait_s24_224"` and the other released names (`keras_cait.hub.PRESETS`)
+        the weights are those of `keras_cait.CaiT_S24(weights="imagenet")`. As for
+        keras-hub's classifiers, passing `num_classes` gives a new, random head.
+        `load_weights=False` builds the architecture with random weights and
+        downloads nothing.
+        """
+        if not presets.is_released(preset):
+            return super().from_preset(preset, load_weights=load_weights, **kwargs)
+        backbone = CaiTBackbone(**presets.backbone_config(preset), dtype=kwargs.pop("dtype", None))
+        if "preprocessor" not in kwargs:
+            kwargs["preprocessor"] = CaiTImageClassifierPreprocessor.from_preset(preset)
+        new_head = "num_classes" in kwargs
+        kwargs.setdefault("num_classes", 1000)
+        classifier = cls(backbone=backbone, **kwargs)
+        if load_weights:
+            presets.load_imagenet_weights(backbone, preset, head=None if new_head else classifier.output_dense)
+        return classifier
