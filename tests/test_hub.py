@@ -1,0 +1,166 @@
+"""keras_cait.hub: CaiT in keras-hub's preset API (from_preset, fit, save_to_preset, upload_preset).
+
+The released presets are fetched from a fake Hugging Face hub (tests/fake_hf_hub.py)
+serving a random checkpoint in timm's format; everything else uses a tiny CaiT.
+"""
+
+import os
+import sys
+
+import keras
+import keras_hub
+import numpy as np
+import pytest
+
+import keras_cait.hub
+from keras_cait.hub import (
+    CaiTBackbone,
+    CaiTImageClassifier,
+    CaiTImageClassifierPreprocessor,
+    CaiTImageConverter,
+)
+from keras_cait.preprocessing import IMAGENET_MEAN, IMAGENET_STD
+from keras_cait.weights import CHECKPOINTS
+from tests.conftest import TINY_CAIT, TINY_SIZE
+from tests.fake_hf_hub import hf, hub  # noqa: F401  (fixtures)
+
+
+def tiny_classifier(num_classes=3):
+    backbone = CaiTBackbone(image_shape=(TINY_SIZE, TINY_SIZE, 3), **TINY_CAIT)
+    converter = CaiTImageConverter(image_size=(TINY_SIZE, TINY_SIZE))
+    return CaiTImageClassifier(backbone, num_classes, preprocessor=CaiTImageClassifierPreprocessor(converter))
+
+
+def photos(sizes, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 256, (height, width, 3), dtype=np.uint8) for height, width in sizes]
+
+
+def test_from_preset_fetches_the_imagenet_weights_and_computes_timm_logits(
+    hf, hub, timm_reference, keras_cache, monkeypatch
+):
+    monkeypatch.setitem(CHECKPOINTS["cait_xxs24_224"], "sha256", None)  # verified by the hub's hash
+    reference = timm_reference.model("cait_xxs24_224")
+    hub.serve("cait_xxs24_224", timm_reference.save(reference).read_bytes())
+    images = timm_reference.images(2, 224)  # at the input size the transform leaves them as they are
+    expected, _ = timm_reference.outputs(reference, images)
+
+    classifier = CaiTImageClassifier.from_preset("cait_xxs24_224")
+
+    timm_reference.assert_matches(classifier.predict(images, verbose=0), expected, "logits")
+    assert (classifier.backbone.depth, classifier.backbone.embed_dim) == (24, 192)
+    assert classifier.preprocessor.image_size == (224, 224)
+
+    tuned = CaiTImageClassifier.from_preset("cait_xxs24_224", num_classes=5)
+
+    assert len(hub.requests) == 2, "the converted weights come from keras_cait's cache"
+    assert tuned.output_dense.kernel.shape == (192, 5)
+    for got, want in zip(tuned.backbone.weights, classifier.backbone.weights):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(got), keras.ops.convert_to_numpy(want))
+
+
+def test_load_weights_false_builds_the_architecture_and_fetches_nothing(hf, hub, keras_cache):
+    classifier = CaiTImageClassifier.from_preset("cait_xxs24_384", load_weights=False)
+
+    assert hub.requests == []
+    assert not os.path.exists(keras_cache)
+    assert classifier.backbone.image_shape == (384, 384, 3)
+    assert (classifier.backbone.depth, classifier.backbone.num_heads) == (24, 4)
+    assert classifier.preprocessor.image_size == (384, 384)
+
+
+def test_the_converter_runs_the_reference_evaluation_transform_on_images_of_any_size():
+    from keras_cait.evaluation_transform import evaluation_transform
+
+    converter = CaiTImageConverter(image_size=(TINY_SIZE, TINY_SIZE))
+    images = photos([(40, 50), (75, 33), (32, 32)])
+    expected = [
+        (np.asarray(evaluation_transform(image, TINY_SIZE)) / 255.0 - IMAGENET_MEAN) / IMAGENET_STD
+        for image in images
+    ]
+
+    one_by_one = [keras.ops.convert_to_numpy(converter(image)) for image in images]
+    as_a_list = keras.ops.convert_to_numpy(converter(images))
+    as_a_batch = keras.ops.convert_to_numpy(converter(np.stack(photos([(40, 50)] * 2))))
+
+    np.testing.assert_allclose(np.stack(one_by_one), np.stack(expected), atol=1e-5)
+    np.testing.assert_allclose(as_a_list, np.stack(expected), atol=1e-5)
+    np.testing.assert_allclose(as_a_batch[0], expected[0], atol=1e-5)  # the same first draw
+
+
+def test_the_converter_refuses_another_transform():
+    with pytest.raises(ValueError, match="interpolation='bilinear': CaiTImageConverter always runs"):
+        CaiTImageConverter(interpolation="bilinear")
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory, digits):
+    """A tiny classifier after `fit` on a folder of digit images (3 classes, 40×40 PNGs)."""
+    folder = digits(tmp_path_factory.mktemp("digits"), per_class=4, size=40, classes=range(3))
+    dataset = keras.utils.image_dataset_from_directory(folder, image_size=(40, 40), batch_size=4, seed=0)
+    classifier = tiny_classifier()
+    classifier.compile(optimizer=keras.optimizers.Adam(1e-3))
+    history = classifier.fit(dataset, epochs=6, verbose=0)
+    return classifier, history.history["loss"]
+
+
+def test_fit_on_a_folder_learns(fitted):
+    _, losses = fitted
+    assert losses[-1] < 0.7 * losses[0], f"the loss did not fall: {losses}"
+
+
+def test_save_to_preset_loads_back_through_keras_hub_with_bit_identical_predictions(fitted, tmp_path):
+    classifier, _ = fitted
+    images = photos([(48, 64), (48, 64)])
+    classifier.save_to_preset(str(tmp_path / "preset"))
+
+    loaded = keras_hub.models.ImageClassifier.from_preset(str(tmp_path / "preset"))
+
+    assert type(loaded) is CaiTImageClassifier and type(loaded.backbone) is CaiTBackbone
+    np.testing.assert_array_equal(loaded.predict(np.stack(images), verbose=0),
+                                  classifier.predict(np.stack(images), verbose=0))
+
+
+def test_upload_preset_sends_a_folder_that_loads_back(fitted, tmp_path, monkeypatch):
+    """keras_hub.upload_preset with huggingface_hub's upload replaced by a copy to a folder."""
+    import shutil
+
+    import huggingface_hub
+
+    remote = tmp_path / "remote"
+
+    class Repo:
+        repo_id = "someone/cait-digits"
+
+    monkeypatch.setattr(huggingface_hub, "create_repo", lambda repo_id, exist_ok: Repo())
+    monkeypatch.setattr(huggingface_hub, "file_exists", lambda repo_id, filename: False)
+    monkeypatch.setattr(huggingface_hub, "upload_folder",
+                        lambda repo_id, folder_path: shutil.copytree(folder_path, remote))
+    classifier, _ = fitted
+    local = str(tmp_path / "preset")
+    classifier.save_to_preset(local)
+
+    keras_hub.upload_preset("hf://someone/cait-digits", local)
+
+    assert "This is a [`CaiT` model]" in (remote / "README.md").read_text()  # its model card
+    assert "README.md" not in os.listdir(local)
+    images = np.stack(photos([(32, 32)] * 2))
+    np.testing.assert_array_equal(
+        keras_hub.models.ImageClassifier.from_preset(str(remote)).predict(images, verbose=0),
+        classifier.predict(images, verbose=0),
+    )
+
+
+def test_an_unknown_cait_preset_lists_the_released_ones():
+    with pytest.raises(ValueError, match=r"preset='cait_s24_999': no such CaiT checkpoint; .*cait_s24_224"):
+        CaiTImageClassifier.from_preset("cait_s24_999")
+
+
+def test_keras_cait_hub_without_keras_hub_names_the_extra(monkeypatch):
+    import importlib
+
+    monkeypatch.setitem(sys.modules, "keras_hub", None)
+    monkeypatch.delitem(sys.modules, "keras_cait.hub")
+
+    with pytest.raises(ImportError, match=r'pip install "keras-cait\[hub\]"'):
+        importlib.import_module("keras_cait.hub")
