@@ -26,6 +26,9 @@ setup(
         "litert": ["ai-edge-litert"],
         "openvino": ["openvino"],
         "plots": ["matplotlib"],
+        # keras_cait.hub: keras-hub's preset API (from_preset, save_to_preset, upload_preset), and
+        # weights="imagenet" through the Hugging Face cache. Tested with keras-hub 0.32.0.
+        "hub": ["keras-hub>=0.32", "huggingface_hub"],
         # keras-cait demo: scikit-learn's bundled digits, matplotlib for the attention PNGs.
         "demo": ["scikit-learn", "matplotlib"],
         "test": [
@@ -44,6 +47,8 @@ setup(
             # pip install openvino took 9 s (one 50 MB wheel, one small dependency).
             "openvino",
             "matplotlib",
+            "keras-hub>=0.32",
+            "huggingface_hub",
             "nbclient",
             "nbformat",
             "ipykernel",

@@ -32,6 +32,8 @@ def test_import_keras_cait_loads_only_inference():
     assert [name for name in modules if name.split(".")[:2] in ([*m.split(".")] for m in TENSORFLOW_MODULES)] == []
     # On JAX nothing of keras_cait needs TensorFlow.
     assert "tensorflow" not in modules
+    # keras-hub loads with keras_cait.hub only.
+    assert {"keras_hub", "keras_cait.hub"}.isdisjoint(modules)
 
 
 def test_training_and_the_exporters_load_on_first_use():
@@ -44,5 +46,5 @@ def test_no_private_keras_or_tensorflow_import(path):
     tree = ast.parse(path.read_text())
     imported = [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
     imported += [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
-    private = [name for name in imported if name.startswith(("keras.src", "tensorflow.python"))]
-    assert private == [], f"{path.name} imports private APIs {private}; use keras.* / tf.* public APIs"
+    private = [name for name in imported if name.startswith(("keras.src", "tensorflow.python", "keras_hub.src"))]
+    assert private == [], f"{path.name} imports private APIs {private}; use keras.* / tf.* / keras_hub.* public APIs"
