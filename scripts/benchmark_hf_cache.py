@@ -1,0 +1,92 @@
+"""Time to the first prediction of `CaiT_S24(weights="imagenet")`, by the state of the caches.
+
+    python scripts/benchmark_hf_cache.py --rounds 3
+
+A fake Hugging Face hub on 127.0.0.1 (tests/fake_hf_hub.py) serves a random
+cait_s24_224 checkpoint in timm's format (188 MB, as the real one). Each
+measurement is a fresh process that imports keras_cait (not timed) and then
+times `CaiT_S24(weights="imagenet")` plus one `predict` of a 224×224 image:
+
+- empty caches: downloaded from the fake hub into the HF cache, verified, converted;
+- warm HF cache (the file timm downloaded), online: one HEAD to the hub, no download;
+- warm HF cache, HF_HUB_OFFLINE=1: no request at all;
+- warm keras_cait cache: the converted .weights.h5 is loaded, the HF cache is not read.
+
+The download is over loopback, so "empty" counts the hashing, conversion and
+caching but hardly any network time. Prints a Markdown table of medians.
+"""
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPOSITORY)
+
+MEASURE = """
+import sys, time, numpy as np, keras_cait
+start = time.perf_counter()
+model = keras_cait.CaiT_S24(weights="imagenet")
+model.predict(np.zeros((1, 224, 224, 3), "float32"), verbose=0)
+print(time.perf_counter() - start)
+"""
+
+
+def measure(env):
+    done = subprocess.run([sys.executable, "-c", MEASURE], env=env, capture_output=True, text=True, check=True)
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def main():
+    import timm  # noqa: F401  before TensorFlow
+
+    from tests.conftest import TimmReference
+    from tests.fake_hf_hub import FakeHub
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+
+    work = tempfile.mkdtemp()
+    try:
+        import pathlib
+
+        reference = TimmReference(pathlib.Path(work))
+        body = reference.save(reference.model("cait_s24_224")).read_bytes()
+        hub = FakeHub()
+        hub.serve("cait_s24_224", body)
+        hf_home, keras_home = os.path.join(work, "hf"), os.path.join(work, "keras")
+        base = {name: value for name, value in os.environ.items() if not name.startswith("HF_")}
+        base.update(HF_HOME=hf_home, HF_ENDPOINT=hub.url, KERAS_HOME=keras_home, TF_CPP_MIN_LOG_LEVEL="3")
+        base.pop("KERAS_CAIT_HUB_URL", None)
+        converted = os.path.join(keras_home, "models", "keras_cait")
+        cases = {
+            "empty caches (download from the fake hub)": (dict(base), True, True),
+            "warm HF cache, online (HEAD only)": (dict(base), False, True),
+            "warm HF cache, HF_HUB_OFFLINE=1": (dict(base, HF_HUB_OFFLINE="1"), False, True),
+            "warm keras_cait cache (converted .weights.h5)": (dict(base), False, False),
+        }
+        times = {case: [] for case in cases}
+        for _ in range(args.rounds):
+            for case, (env, clear_hf, clear_keras) in cases.items():
+                if clear_hf:
+                    shutil.rmtree(os.path.join(hf_home, "hub"), ignore_errors=True)
+                if clear_keras:
+                    shutil.rmtree(converted, ignore_errors=True)
+                times[case].append(measure(env))
+        hub.close()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    load = os.getloadavg()[0]
+    print(f"| cait_s24_224 (188 MB), {args.rounds} rounds, load average {load:.1f} | first prediction, median (min–max) |")
+    print("|---|---|")
+    for case, values in times.items():
+        print(f"| {case} | {statistics.median(values):.1f} s ({min(values):.1f}–{max(values):.1f}) |")
+
+
+if __name__ == "__main__":
+    main()
