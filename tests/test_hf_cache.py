@@ -166,3 +166,33 @@ def test_a_file_timm_downloaded_loads_in_a_fresh_offline_process(hf, hub, tmp_pa
 
     timm_reference.assert_matches(np.load(tmp_path / "logits.npy"), expected, "logits")
     assert len([request for request in hub.requests if request[0] == "GET"]) == 1, "timm's download only"
+
+
+@pytest.mark.parametrize("offline", [False, True], ids=["online", "offline"])
+def test_a_cache_without_symlinks_is_verified_by_the_hubs_hash_or_refused_offline(
+    hf, hub, keras_cache, timm_reference, offline
+):
+    """huggingface_hub without symlinks (Windows without developer mode) keeps the file under
+    the snapshot's name, no blob named by its sha256: the hash is asked from the hub."""
+    body = timm_reference.save(timm_reference.model("cait_xxs24_384")).read_bytes()
+    hub.serve("cait_xxs24_384", body)
+    repo = hf.repo("cait_xxs24_384")
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(COMMIT)
+    (repo / "snapshots" / COMMIT).mkdir(parents=True)
+    altered = bytearray(body)
+    altered[len(body) // 3] ^= 0x01
+    (repo / "snapshots" / COMMIT / "model.safetensors").write_bytes(bytes(altered))
+    if offline:
+        hf.set(HF_HUB_OFFLINE="1")
+
+    with pytest.raises(OSError) as error:
+        keras_cait.CaiT_XXS24(weights="imagenet", input_shape=(384, 384, 3))
+
+    if offline:
+        assert "Cannot verify the ImageNet weights of cait_xxs24_384" in str(error.value)
+        assert hub.requests == []
+    else:
+        assert f"the sha256 the hub sent (X-Linked-Etag) is {sha256(body)}" in str(error.value)
+        assert [method for method, _, _ in hub.requests] == ["HEAD", "HEAD"], "no download"
+    assert not os.path.exists(keras_cache) or os.listdir(keras_cache) == []
