@@ -9,7 +9,7 @@ the keras-hub model, whose backbone is built by the same `build_cait`.
 
 import os
 
-from keras_cait.variants import VARIANTS
+from keras_cait.variants import VARIANTS, parse_model_name
 from keras_cait.weights.registry import CHECKPOINTS
 
 PRESETS = tuple(CHECKPOINTS)
@@ -17,7 +17,7 @@ PRESETS = tuple(CHECKPOINTS)
 
 def variant(preset):
     """"cait_s24_224" -> "S24"."""
-    return preset.removeprefix("cait_").rsplit("_", 1)[0].upper()
+    return parse_model_name(preset)[0]
 
 
 def is_released(preset):
@@ -50,10 +50,7 @@ def load_imagenet_weights(backbone, preset, head=None):
     """Loads the ImageNet weights of `preset` into `backbone` (and the 1000-class `head`)."""
     from keras_cait.variants import cait
 
-    reference = cait(
-        variant(preset), weights="imagenet", input_shape=backbone_config(preset)["image_shape"],
-        classifier_activation=None, include_preprocessing=False,
-    )
+    reference = cait(preset, weights="imagenet", classifier_activation=None, include_preprocessing=False)
     for layer in backbone.layers:
         if layer.weights:
             layer.set_weights(reference.get_layer(layer.name).get_weights())
