@@ -69,19 +69,3 @@ def test_fine_tuning_snippet_runs_as_written_on_a_folder_of_images(tmp_path):
         cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode != 0
     assert "Could not locate class 'PatchEmbedding'" in done.stderr
-
-
-def test_keras_hub_preset_snippet_runs_as_written_without_its_downloads(tmp_path):
-    """The preset flow offline: random weights instead of the ImageNet ones, a generated folder,
-    one epoch, and no upload (tests/test_hub.py uploads to a folder)."""
-    folder = image_folder(tmp_path / "flowers")
-    code = readme_python_block("### keras-hub presets")
-    code = substitute(code, r'from_preset\("cait_s24_224"\)', 'from_preset("cait_xxs24_224", load_weights=False)')
-    code = substitute(code, r"num_classes=5\)", "num_classes=5, load_weights=False)")
-    code = substitute(code, r'"flowers/"', repr(str(folder)))
-    code = substitute(code, r"epochs=\d+", "epochs=1")
-    code = substitute(code, r"keras_hub\.upload_preset\(.*\n", "")
-    code = "import numpy as np\nimages = np.zeros((1, 300, 400, 3), 'uint8')\n" + code
-    code += "assert logits.shape == (1, 1000) and type(again).__name__ == 'CaiTImageClassifier'\n"
-    run(code, cwd=tmp_path)
-    assert (tmp_path / "cait_flowers" / "task.json").exists()
