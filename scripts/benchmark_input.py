@@ -107,12 +107,27 @@ def keras_pipeline(stage, folder, image_size, batch_size, cores):
     return lambda: next(iterator)
 
 
+def _pillow_posterize_to_zero_bits():
+    """timm's RandAugment (inc1, magnitude noise) can posterize to 0 bits: Pillow up to 10 gave a
+    black image, Pillow 11+ raises "bits must be between or equal to 1 and 8" in a DataLoader
+    worker. Give timm Pillow's old answer, so the run times timm's transform instead of crashing."""
+    from PIL import Image, ImageOps
+
+    posterize = ImageOps.posterize
+
+    def posterize_or_black(image, bits):
+        return Image.new(image.mode, image.size) if bits < 1 else posterize(image, bits)
+
+    ImageOps.posterize = posterize_or_black
+
+
 def timm_pipeline(stage, folder, image_size, batch_size, cores):
     import torch
     from timm.data import Mixup, create_transform
     from torchvision import transforms
     from torchvision.datasets import ImageFolder
 
+    _pillow_posterize_to_zero_bits()  # before the DataLoader forks its workers
     upto = STAGES.index(stage)
     if stage == "decode":
         transform = transforms.Compose([transforms.CenterCrop(image_size), transforms.PILToTensor()])

@@ -6,8 +6,8 @@ wrappers run in a fresh process with their defaults (XLA on, RandAugment 9, rand
 mixup 0.8 / cutmix 1.0, repeated augmentation 3, EMA); only the sizes are made small. A cell
 passes when the process exits 0 after at least two steps, writes its files and reports a
 finite loss. The Python cell runs `training.stream.training_stream` into `model.fit`.
-Under the JAX backend (the GPU path), where JAX is installed, the console's train and finetune
-and the Python stream run in every precision too.
+Under the JAX backend (the GPU path), where JAX is installed, the console's train and the
+Python stream run in every precision too.
 """
 
 import importlib.util
@@ -86,9 +86,9 @@ def entry_points(saved_models):
 
 ENTRY_POINTS = ["keras-cait train", "keras-cait finetune", "keras-cait train --teacher",
                 "scripts/train.py", "scripts/finetune.py"]
-# On JAX (the GPU path) a cell costs about 55 s of CPU against TensorFlow's 20 s; the command
-# line's JAX cells are the console `train` and `finetune`, whose code the wrappers share.
-JAX_ENTRY_POINTS = {"keras-cait train", "keras-cait finetune"}
+# On JAX (the GPU path) a cell costs 60-95 s of CPU against TensorFlow's 20-25 s; the command
+# line's JAX cells are the console's `train`, whose run code finetune and the wrappers share.
+JAX_ENTRY_POINTS = {"keras-cait train"}
 
 
 def run(command, backend, timeout=600):
