@@ -108,9 +108,10 @@ def keras_pipeline(stage, folder, image_size, batch_size, cores):
 
 
 def _pillow_posterize_to_zero_bits():
-    """timm's RandAugment (inc1, magnitude noise) can posterize to 0 bits: Pillow up to 10 gave a
-    black image, Pillow 11+ raises "bits must be between or equal to 1 and 8" in a DataLoader
-    worker. Give timm Pillow's old answer, so the run times timm's transform instead of crashing."""
+    """timm's RandAugment (inc1, magnitude noise) can posterize to 0 bits, which Pillow 13 (the
+    version pinned here) refuses ("bits must be between or equal to 1 and 8") inside a DataLoader
+    worker. A 0-bit posterize keeps no bit: answer with the black image it means, so the run
+    times timm's transform instead of crashing."""
     from PIL import Image, ImageOps
 
     posterize = ImageOps.posterize
