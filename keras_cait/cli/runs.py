@@ -500,9 +500,8 @@ def _head_is_trained(head_weights, plan):
             saved = json.load(file)
     except FileNotFoundError:  # a run from before plans were recorded
         return True
-    changed = {key: (saved[key], value) for key, value in plan.items() if saved.get(key, value) != value}
-    if changed:
-        differences = "; ".join(f"{key} {old} then, {new} now" for key, (old, new) in changed.items())
+    differences = resume.plan_differences(saved, plan)
+    if differences:
         raise ValueError(
             f"{head_weights} is the head of a run with another plan ({differences}), so this run "
             "would go on from it. Rerun with that run's settings to resume it, or delete the "

@@ -13,6 +13,16 @@ import numpy as np
 _POINTER = "latest.json"
 
 
+def plan_differences(saved, plan):
+    """'epochs 3 then, 5 now; ...' for each entry of `plan` that `saved` records otherwise
+    (entries `saved` lacks, from runs before they were recorded, count as unchanged); '' if none."""
+    return "; ".join(
+        f"{key} {saved[key]} then, {value} now"
+        for key, value in plan.items()
+        if key in saved and saved[key] != value
+    )
+
+
 class BackupError(ValueError):
     """The backups cannot be resumed from: none is usable, or they are of another plan."""
 
@@ -83,9 +93,8 @@ class ResumableBackup(keras.callbacks.Callback):
         return [latest] + [f for f in folders if f != latest], None
 
     def _check_plan(self, saved):
-        changed = {k: (saved[k], v) for k, v in self.plan.items() if k in saved and saved[k] != v}
-        if changed:
-            differences = "; ".join(f"{k} {old} then, {new} now" for k, (old, new) in changed.items())
+        differences = plan_differences(saved, self.plan)
+        if differences:
             raise _ChangedPlan(
                 f"The backup in {self.backup_dir} is of a run with another plan ({differences}), "
                 "so resuming would continue on another schedule. Rerun with the backup's "
