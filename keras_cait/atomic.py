@@ -122,26 +122,43 @@ def replace_folder(new, path):
 
 
 @contextlib.contextmanager
-def written_atomically(path, overwrite=True):
+def written_atomically(path, overwrite=True, companions=()):
     """Yields a temporary path beside `path`; moves it to `path` only if the block succeeds.
 
     Works for a file or a folder. An existing `path` is replaced only with
     `overwrite`, and a folder is swapped in without a moment when neither the
     old nor the new one is there (`replace_folder`).
+
+    `companions` are files in `path`'s folder that the block writes together with
+    it (OpenVINO's `.bin` beside its `.xml`): the block leaves each under its own
+    name next to the yielded path, and they are moved into place before `path`,
+    so a new `path` never meets old companions.
     """
     path = os.path.abspath(os.fspath(path))
     parent, name = os.path.split(path)
+    companions = [os.path.abspath(os.fspath(companion)) for companion in companions]
+    if any(os.path.dirname(companion) != parent for companion in companions):
+        raise ValueError(f"companions {companions} must be in the folder of {path!r}.")
     os.makedirs(parent, exist_ok=True)
     remove_stale_partials(parent)
     workspace = tempfile.mkdtemp(prefix=partial_prefix(name), dir=parent)
     try:
         written = os.path.join(workspace, name)
         yield written
-        if not os.path.exists(written):
-            raise RuntimeError(f"The exporter wrote nothing to {written!r}.")
+        for target in [*companions, path]:
+            if not os.path.exists(os.path.join(workspace, os.path.basename(target))):
+                raise RuntimeError(f"The writer of {path!r} wrote nothing for {target!r}.")
+        for companion in companions:
+            os.replace(os.path.join(workspace, os.path.basename(companion)), companion)
         if os.path.isdir(path) and overwrite:
             replace_folder(written, path)
         else:
             os.replace(written, path)
     finally:
         shutil.rmtree(workspace, ignore_errors=True)
+
+
+def write_text(path, text):
+    """Writes `text` to the file `path` in one step: a reader sees the old file or the new one."""
+    with written_atomically(path) as temporary, open(temporary, "w") as file:
+        file.write(text)

@@ -142,9 +142,12 @@ def timm_reference(tmp_path):
     return TimmReference(tmp_path)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def tiny_cait():
-    """Builds a random Keras CaiT of `TINY_CAIT`'s shape at 32x32; keyword arguments override."""
+    """Builds a random Keras CaiT of `TINY_CAIT`'s shape at 32x32; keyword arguments override.
+
+    A stateless builder, so session-scoped: module-scoped fixtures can use it too.
+    """
     from keras_cait.model import build_cait
 
     def build(**changes):

@@ -117,3 +117,50 @@ def test_a_failed_write_leaves_the_old_one_and_no_leftover(tmp_path, overwrite):
 
     assert read_version(target) == "old"
     assert os.listdir(tmp_path) == ["1"]
+
+
+def test_companions_go_into_place_first_so_a_new_file_never_meets_old_companions(tmp_path, monkeypatch):
+    graph, weights = tmp_path / "cait.xml", tmp_path / "cait.bin"
+    graph.write_text("old graph")
+    weights.write_text("old weights")
+    moved = []
+    replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda source, target: (moved.append(os.path.basename(target)),
+                                                              replace(source, target)))
+
+    with atomic.written_atomically(graph, companions=[weights]) as temporary:
+        with open(temporary, "w") as file:
+            file.write("new graph")
+        with open(temporary.removesuffix(".xml") + ".bin", "w") as file:  # as OpenVINO writes it
+            file.write("new weights")
+
+    assert moved == ["cait.bin", "cait.xml"]
+    assert (graph.read_text(), weights.read_text()) == ("new graph", "new weights")
+    assert sorted(os.listdir(tmp_path)) == ["cait.bin", "cait.xml"]
+
+
+def test_a_companion_left_unwritten_places_nothing(tmp_path):
+    graph, weights = tmp_path / "cait.xml", tmp_path / "cait.bin"
+
+    with pytest.raises(RuntimeError, match="cait.bin"):
+        with atomic.written_atomically(graph, companions=[weights]) as temporary:
+            with open(temporary, "w") as file:
+                file.write("a graph without its weights")
+
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_companion_elsewhere_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="must be in the folder"):
+        with atomic.written_atomically(tmp_path / "cait.xml", companions=[tmp_path / "other" / "cait.bin"]):
+            pass
+
+
+def test_write_text_replaces_a_pointer_file_whole(tmp_path):
+    pointer = tmp_path / "latest.json"
+    pointer.write_text('{"folder": "step-1"}')
+
+    atomic.write_text(pointer, '{"folder": "step-2"}')
+
+    assert pointer.read_text() == '{"folder": "step-2"}'
+    assert os.listdir(tmp_path) == ["latest.json"]

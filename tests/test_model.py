@@ -6,20 +6,27 @@ import pytest
 from scipy.special import erf
 
 import keras_cait
-from keras_cait.model import ClassAttentionBlock, SelfAttentionBlock, build_cait
+from keras_cait.model import ClassAttentionBlock, SelfAttentionBlock
+from tests.conftest import TINY_CAIT, TINY_SIZE
 from tests.layers.reference import randomize
 
-SMALL = dict(embed_dim=32, depth=2, num_heads=4, init_values=0.1, input_shape=(32, 32, 3))
+WIDTH = TINY_CAIT["embed_dim"]
 
 
-def _images(n=2, side=32, seed=0):
+def _images(n=2, side=TINY_SIZE, seed=0):
     return np.random.RandomState(seed).uniform(0, 255, (n, side, side, 3)).astype("float32")
 
 
-def _random_model(seed=0, **kwargs):
-    model = build_cait(**{**SMALL, **kwargs})
-    randomize(model, seed=seed, scale=0.2)
-    return model
+@pytest.fixture
+def random_cait(tiny_cait):
+    """`tiny_cait` with every weight random; keyword arguments override its arguments."""
+
+    def build(seed=0, **kwargs):
+        model = tiny_cait(**kwargs)
+        randomize(model, seed=seed, scale=0.2)
+        return model
+
+    return build
 
 
 def test_is_a_functional_model_with_an_images_input():
@@ -42,47 +49,47 @@ def test_constants_of_the_reference():
     assert rates == {0.2}  # constant over depth, as in the paper
 
 
-def test_mlp_uses_the_exact_erf_gelu():
-    model = _random_model()
+def test_mlp_uses_the_exact_erf_gelu(random_cait):
+    model = random_cait()
     dense = model.get_layer("self_attention_block_0").mlp_dense_1
-    x = np.linspace(-4, 4, 9 * 32, dtype="float32").reshape(1, 9, 32)
+    x = np.linspace(-4, 4, 9 * WIDTH, dtype="float32").reshape(1, 9, WIDTH)
     pre = x @ keras.ops.convert_to_numpy(dense.kernel) + keras.ops.convert_to_numpy(dense.bias)
     exact = 0.5 * pre * (1 + erf(pre / np.sqrt(2)))
     np.testing.assert_allclose(keras.ops.convert_to_numpy(dense(x)), exact, rtol=1e-5, atol=1e-5)
 
 
-def test_class_attention_stage_leaves_the_patches_unchanged():
-    model = _random_model(include_top=False)
+def test_class_attention_stage_leaves_the_patches_unchanged(random_cait):
+    model = random_cait(include_top=False)
     images = _images()
     tokens = model.predict(images, verbose=0)
-    assert tokens.shape == (2, 1 + 4, 32)
+    assert tokens.shape == (2, 1 + 4, WIDTH)
     after_self_attention = keras.Model(model.input, model.get_layer("self_attention_block_1").output)
     norm = model.get_layer("final_norm")
     expected_patches = keras.ops.convert_to_numpy(norm(after_self_attention.predict(images, verbose=0)))
     np.testing.assert_allclose(tokens[:, 1:], expected_patches, rtol=1e-5, atol=1e-5)
 
 
-def test_pooling_modes_agree_with_the_token_sequence():
-    full = _random_model(include_top=False)
+def test_pooling_modes_agree_with_the_token_sequence(tiny_cait, random_cait):
+    full = random_cait(include_top=False)
     weights = full.get_weights()
     images = _images()
     tokens = full.predict(images, verbose=0)
-    token = build_cait(**SMALL, include_top=False, pooling="token")
+    token = tiny_cait(include_top=False, pooling="token")
     token.set_weights(weights)
     np.testing.assert_allclose(token.predict(images, verbose=0), tokens[:, 0], rtol=1e-5, atol=1e-6)
-    avg = build_cait(**SMALL, include_top=False, pooling="avg")
+    avg = tiny_cait(include_top=False, pooling="avg")
     avg.set_weights(weights)
     np.testing.assert_allclose(avg.predict(images, verbose=0), tokens[:, 1:].mean(1), rtol=1e-5, atol=1e-6)
 
 
-def test_head_on_the_class_token_with_softmax_or_logits():
-    logits_model = _random_model(classifier_activation=None, classes=7)
-    probs_model = build_cait(**SMALL, classes=7)
+def test_head_on_the_class_token_with_softmax_or_logits(tiny_cait, random_cait):
+    logits_model = random_cait(classifier_activation=None, classes=7)
+    probs_model = tiny_cait(classes=7)
     probs_model.set_weights(logits_model.get_weights())
     logits = logits_model.predict(_images(), verbose=0)
     probs = probs_model.predict(_images(), verbose=0)
     np.testing.assert_allclose(probs, keras.ops.convert_to_numpy(keras.ops.softmax(logits)), rtol=1e-5, atol=1e-6)
-    features = build_cait(**SMALL, include_top=False, pooling="token")
+    features = tiny_cait(include_top=False, pooling="token")
     features.set_weights(logits_model.get_weights()[:-2])
     head = logits_model.get_layer("predictions")
     np.testing.assert_allclose(
@@ -90,9 +97,9 @@ def test_head_on_the_class_token_with_softmax_or_logits():
     )
 
 
-def test_include_preprocessing_normalises_0_255_inputs_with_imagenet_statistics():
-    inside = _random_model()
-    outside = build_cait(**SMALL, include_preprocessing=False)
+def test_include_preprocessing_normalises_0_255_inputs_with_imagenet_statistics(tiny_cait, random_cait):
+    inside = random_cait()
+    outside = tiny_cait(include_preprocessing=False)
     outside.set_weights(inside.get_weights())
     images = _images()
     normalised = (images / 255.0 - np.array([0.485, 0.456, 0.406])) / np.array([0.229, 0.224, 0.225])
@@ -105,14 +112,14 @@ def test_include_preprocessing_normalises_0_255_inputs_with_imagenet_statistics(
     )
 
 
-def test_input_tensor_is_used_as_the_input():
+def test_input_tensor_is_used_as_the_input(tiny_cait):
     tensor = keras.Input((48, 32, 3), name="my_images")
-    model = build_cait(**{**SMALL, "input_shape": None}, input_tensor=tensor)
+    model = tiny_cait(input_shape=None, input_tensor=tensor)
     assert model.input is tensor and model.get_layer("position_embedding").grid_size == (3, 2)
 
 
-def test_keras_file_round_trip_gives_identical_outputs(tmp_path):
-    model = _random_model(drop_path_rate=0.1)
+def test_keras_file_round_trip_gives_identical_outputs(random_cait, tmp_path):
+    model = random_cait(drop_path_rate=0.1)
     path = str(tmp_path / "cait.keras")
     model.save(path)
     loaded = keras.models.load_model(path)
@@ -120,8 +127,8 @@ def test_keras_file_round_trip_gives_identical_outputs(tmp_path):
     assert loaded.get_layer("self_attention_block_1").stochastic_depth.rate == 0.1
 
 
-def test_get_config_from_config_rebuilds_the_same_model():
-    model = _random_model()
+def test_get_config_from_config_rebuilds_the_same_model(random_cait):
+    model = random_cait()
     clone = keras.Model.from_config(model.get_config())
     clone.set_weights(model.get_weights())
     np.testing.assert_array_equal(clone.predict(_images(), verbose=0), model.predict(_images(), verbose=0))
@@ -135,8 +142,8 @@ def test_blocks_serialise(block_class):
     assert clone.get_config() == block.get_config()
 
 
-def test_drop_path_only_acts_in_training():
-    model = _random_model(drop_path_rate=0.5, include_top=False)
+def test_drop_path_only_acts_in_training(random_cait):
+    model = random_cait(drop_path_rate=0.5, include_top=False)
     images = _images(4)
     inference = keras.ops.convert_to_numpy(model(images, training=False))
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(model(images, training=False)), inference)

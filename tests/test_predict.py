@@ -4,21 +4,20 @@ import keras
 import numpy as np
 import pytest
 
-from keras_cait.model import CaiTModel, build_cait
+from keras_cait.model import CaiTModel
+from tests.conftest import TINY_SIZE
 from tests.layers.reference import randomize
-
-SMALL = dict(embed_dim=32, depth=1, num_heads=2, init_values=0.1, input_shape=(32, 32, 3), classes=10)
 
 
 @pytest.fixture(scope="module")
-def model():
-    model = build_cait(**SMALL)
+def model(tiny_cait):
+    model = tiny_cait(classes=10)
     randomize(model, seed=0, scale=0.2)
     return model
 
 
 def _images(n):
-    return np.random.RandomState(n).uniform(0, 255, (n, 32, 32, 3)).astype("float32")
+    return np.random.RandomState(n).uniform(0, 255, (n, TINY_SIZE, TINY_SIZE, 3)).astype("float32")
 
 
 class KerasPredictSpy:

@@ -12,10 +12,10 @@ from PIL import Image
 from tensorflow.core.protobuf import saved_model_pb2
 
 from keras_cait.model import build_cait
+from tests.conftest import TINY_CAIT, TINY_SIZE
 from tests.layers.reference import randomize
 
-SIDE = 32
-SMALL = dict(embed_dim=64, depth=2, num_heads=4, init_values=0.1, input_shape=(SIDE, SIDE, 3))
+SIDE = TINY_SIZE
 SIGNATURE_OUTPUTS = ("probabilities", "top_k_classes", "top_k_indices", "top_k_probabilities")
 
 
@@ -35,8 +35,9 @@ def serving_contract(height, width, classes, top_k):
 
 
 def small_model(seed=0, **kwargs):
-    """The small CaiT with every weight random (biases and norms too, so nothing is trivial)."""
-    model = build_cait(**{**SMALL, **kwargs})
+    """conftest's small CaiT (`TINY_CAIT` at `TINY_SIZE`) with every weight random (biases and
+    norms too, so nothing is trivial); keyword arguments override, as for `tiny_cait`."""
+    model = build_cait(**{**TINY_CAIT, "input_shape": (SIDE, SIDE, 3), **kwargs})
     randomize(model, seed=seed, scale=0.2)
     return model
 

@@ -1,0 +1,47 @@
+"""`export_litert`: a LiteRT (TFLite) flatbuffer."""
+
+import tensorflow as tf
+
+from keras_cait.atomic import written_atomically
+from keras_cait.export.core import (
+    check_file,
+    check_quantization,
+    inference_form,
+    require_tensorflow_backend,
+    traced,
+)
+from keras_cait.inference_graph import InferenceGraph
+
+
+def export_litert(model, path, *, quantization=None, overwrite=False):
+    """Writes `model` as a LiteRT (TFLite) flatbuffer.
+
+    A float32 CaiT classifier is converted as its folded inference graph
+    (`keras_cait.inference_graph`), any other model with Keras'
+    `model.export(format="litert")`.
+
+    Args:
+        model: the Keras model; its input `(batch, H, W, 3)` float32 0..255.
+        path: the `.tflite` file to write.
+        quantization: None (float32) or "dynamic_int8": weights stored as int8,
+            activations computed in float (TFLite dynamic-range quantisation,
+            about 4× smaller; see docs/export.md for its top-1 agreement).
+        overwrite: replace an existing file.
+    """
+    require_tensorflow_backend("export_litert")
+    check_file(path, ".tflite", overwrite)
+    check_quantization(path, quantization)
+    converter_options = {}
+    if quantization == "dynamic_int8":
+        converter_options["optimizations"] = [tf.lite.Optimize.DEFAULT]
+    forward = inference_form(model)
+    with written_atomically(path, overwrite) as temporary:
+        if not isinstance(forward, InferenceGraph):
+            model.export(temporary, format="litert", verbose=False, **converter_options)
+            return path
+        converter = tf.lite.TFLiteConverter.from_concrete_functions([traced(forward, model)], forward)
+        for name, value in converter_options.items():
+            setattr(converter, name, value)
+        with open(temporary, "wb") as file:
+            file.write(converter.convert())
+    return path

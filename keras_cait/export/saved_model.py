@@ -1,0 +1,279 @@
+"""`export_saved_model`: a TF Serving version folder.
+
+The SavedModel serving contract (tag "serve"); H×W is the model's input size:
+
+    signature         input                                   accepts
+    serving_default   images       float32 [batch, H, W, 3]   RGB, values 0..255
+    serving_uint8     images       uint8   [batch, H, W, 3]   RGB
+    serving_bytes     image_bytes  string  [batch]            JPEG, PNG, GIF or BMP
+                                                              files of up to MAX_PIXELS
+
+    every signature returns
+    probabilities        float32 [batch, classes]
+    top_k_indices        int32   [batch, k]    best first
+    top_k_probabilities  float32 [batch, k]
+    top_k_classes        string  [batch, k]    class names
+
+`serving_bytes` decodes each file and applies the reference evaluation
+transform (timm, crop_pct 1.0) inside the graph: resized bicubic (antialiased)
+keeping the aspect ratio until it covers H×W, centre crop H×W, pixels rounded
+to integers as PIL does; it is `keras_cait.evaluation_transform`, the code
+that `keras_cait.preprocessing.load_image` runs. Its memory is bounded by the
+decoded file and H×W whatever the aspect ratio, and files of more than
+`evaluation_transform.MAX_PIXELS` (89.5 million) pixels are refused from their header. Inputs of
+another shape, with values outside 0..255, or bytes that are no image fail
+with INVALID_ARGUMENT and a message naming what was expected. Every input and output is float32,
+integer or string whatever the model's dtype policy, and no function needs XLA,
+so TF Serving (REST and gRPC) runs the model as it is, without keras_cait.
+
+A float32 CaiT classifier is exported as its inference graph
+(`keras_cait.inference_graph`): the same outputs, with the normalisation,
+LayerScale and attention scale folded into the weights and a graph that
+oneDNN fuses (MatMul+BiasAdd+GELU, LayerNorm); any other model (mixed
+precision, int8, other heads) as the Keras model itself.
+
+Example:
+    export_saved_model(keras_cait.CaiT_S24(weights="imagenet"), "serving/cait_s24/1")
+    # then: tensorflow_model_server --rest_api_port=8501 --model_name=cait_s24 \\
+    #           --model_base_path=$PWD/serving/cait_s24
+"""
+
+import keras
+import tensorflow as tf
+
+from keras_cait.atomic import written_atomically
+from keras_cait.evaluation_transform import IMAGE_FORMATS, decode_image, evaluation_transform
+from keras_cait.export.core import check_version_folder, inference_form, quantized, require_tensorflow_backend
+from keras_cait.inference_graph import InferenceGraph
+from keras_cait.preprocessing import imagenet_classes
+
+
+def export_saved_model(
+    model, path, *, top_k=5, class_names=None, from_logits=None, quantization=None, overwrite=False
+):
+    """Writes `model` as a SavedModel version folder that TF Serving loads as it is.
+
+    Args:
+        model: a Keras classifier with one image input `(batch, H, W, 3)` taking
+            0..255 RGB and one output `(batch, classes)`, e.g. `CaiT_S24()`.
+        path: the version folder, `MODEL_BASE_PATH/<positive integer>`, e.g.
+            "serving/cait_s24/1"; TF Serving serves the highest version.
+        top_k: how many best classes the `top_k_*` outputs list.
+        class_names: the names of the classes in index order; defaults to the
+            ImageNet names for 1000 classes and must be given otherwise.
+        from_logits: whether the model outputs logits (they get a softmax);
+            by default read from the model's last layer activation.
+        quantization: None (float), "int8" (every Dense kernel stored as int8
+            and its inputs quantised per token), "int4" (kernels as int4, two
+            to a byte, inputs int8 per token) or "float8" (Keras' float8:
+            kernels and inputs rounded to float8 with scales, kernels kept in
+            float32): Keras `model.quantize` on a copy; see docs/export.md for
+            each mode's accuracy and size.
+        overwrite: replace an existing version folder.
+
+    The folder is written beside `path` under a hidden name and renamed into
+    place only when complete, so a failed export leaves nothing TF Serving
+    would try to load. Returns `path`.
+    """
+    require_tensorflow_backend("export_saved_model")
+    height, width, classes = _classifier_shape(model)
+    _check_takes_pixels(model)
+    names = _class_names(class_names, classes)
+    if from_logits is None:
+        from_logits = _outputs_logits(model)
+    if not 1 <= top_k <= classes:
+        raise ValueError(f"top_k={top_k}: must be between 1 and the {classes} classes, e.g. 5.")
+    check_version_folder(path, overwrite)
+    forward = inference_form(quantized(model, path, quantization))
+
+    # One traced classifier that the three signatures share: the model is traced once.
+    @tf.function(input_signature=[tf.TensorSpec([None, height, width, 3], tf.float32)], jit_compile=False)
+    def classify(images):
+        scores = keras.ops.cast(forward(images), "float32")
+        probabilities = tf.nn.softmax(scores) if from_logits else scores
+        top_probabilities, top_indices = tf.math.top_k(probabilities, k=top_k)
+        return {
+            "probabilities": probabilities,
+            "top_k_indices": top_indices,
+            "top_k_probabilities": top_probabilities,
+            "top_k_classes": tf.gather(tf.constant(names), top_indices),
+        }
+
+    def serving_default(images):
+        return classify(_checked_images(images, height, width, "serving_default"))
+
+    def serving_uint8(images):
+        images = _checked_images(images, height, width, "serving_uint8")
+        return classify(tf.cast(images, tf.float32))
+
+    def serving_bytes(image_bytes):
+        return classify(_decode_and_crop(image_bytes, height, width))
+
+    image_shape = [None, height, width, 3]
+    endpoints = {
+        "serving_default": (serving_default, tf.TensorSpec(image_shape, tf.float32, name="images")),
+        "serving_uint8": (serving_uint8, tf.TensorSpec(image_shape, tf.uint8, name="images")),
+        "serving_bytes": (serving_bytes, tf.TensorSpec([None], tf.string, name="image_bytes")),
+    }
+    archive = keras.export.ExportArchive()
+    if isinstance(forward, InferenceGraph):
+        archive.track(forward)
+    for name, (function, spec) in endpoints.items():
+        # TF Serving runs without XLA by default, so nothing may require it.
+        function = tf.function(function, input_signature=[spec], jit_compile=False, autograph=False)
+        function.get_concrete_function()
+        archive.add_endpoint(name, function)
+    with written_atomically(path, overwrite) as temporary:
+        archive.write_out(temporary, verbose=False)
+    return path
+
+
+# === Serving graph pieces ===
+
+
+def _checked(tensor, condition, message_parts):
+    """`tensor`, released only once `condition` holds; else INVALID_ARGUMENT with the message.
+
+    Every op after the check depends on it, so a bad input fails here with the
+    message rather than later inside the model with an obscure one.
+    """
+    check = tf.debugging.Assert(condition, [tf.strings.join(message_parts)], summarize=1)
+    with tf.control_dependencies([check]):
+        return tf.identity(tensor)
+
+
+def _shape_text(tensor):
+    """The dynamic shape of `tensor` as text, e.g. "1, 224, 224, 3".
+
+    Shapes are checked as text because tf.rank / tf.size would be folded to
+    constants from the signature's static shape at trace time, while TF Serving
+    feeds tensors of any shape without checking them against the signature.
+    """
+    return tf.strings.reduce_join(tf.strings.as_string(tf.shape(tensor)), separator=", ")
+
+
+def _checked_images(images, height, width, signature):
+    """`images` once its shape is [batch, height, width, 3] and its values are in 0..255."""
+    shape = _shape_text(images)
+    images = _checked(
+        images,
+        tf.strings.regex_full_match(shape, rf"\d+, {height}, {width}, 3"),
+        [
+            f"{signature}: `images` must be RGB images of shape [batch, {height}, {width}, 3]; got [",
+            shape,
+            f"]. Resize and centre-crop to {height}×{width} first, or send the encoded files "
+            "to the serving_bytes signature.",
+        ],
+    )
+    if images.dtype == tf.uint8:
+        return images
+    return _checked(
+        images,
+        # `x >= 0` is False for NaN, so NaN fails too.
+        tf.reduce_all((images >= 0) & (images <= 255)),
+        [
+            f"{signature}: `images` values must be 0..255 (not normalised); got min ",
+            tf.strings.as_string(tf.reduce_min(images)),
+            ", max ",
+            tf.strings.as_string(tf.reduce_max(images)),
+            ".",
+        ],
+    )
+
+
+def _decode_and_crop(image_bytes, height, width):
+    """Encoded image files [batch] -> float32 [batch, height, width, 3], the evaluation transform."""
+    shape = _shape_text(image_bytes)
+    image_bytes = _checked(
+        image_bytes,
+        tf.strings.regex_full_match(shape, r"\d+"),
+        ["serving_bytes: `image_bytes` must be a list [batch] of encoded image files; got shape [", shape, "]."],
+    )
+
+    def starts_with(magic):
+        return tf.equal(tf.strings.substr(image_bytes, 0, len(magic)), magic)
+
+    known = starts_with(b"\xff\xd8\xff") | starts_with(b"\x89PNG") | starts_with(b"GIF8") | starts_with(b"BM")
+    image_bytes = _checked(
+        image_bytes,
+        tf.reduce_all(known),
+        [
+            f"serving_bytes: `image_bytes` must be {IMAGE_FORMATS} files; entries [",
+            tf.strings.reduce_join(tf.strings.as_string(tf.where(~known)[:, 0]), separator=", "),
+            "] are not. Send the bytes of each file (over REST base64-encoded as {\"b64\": ...}).",
+        ],
+    )
+
+    def decode_one(encoded):
+        return evaluation_transform(decode_image(encoded), (height, width))
+
+    return tf.map_fn(
+        decode_one, image_bytes, fn_output_signature=tf.TensorSpec([height, width, 3], tf.float32)
+    )
+
+
+# === Checks of the model ===
+
+
+def _classifier_shape(model):
+    """(H, W, classes) of an image classifier, or a ValueError saying what is wrong."""
+    if len(model.inputs) != 1 or len(model.outputs) != 1:
+        raise ValueError(
+            f"{model.name}: a served classifier needs one image input and one output; it has "
+            f"{len(model.inputs)} inputs and {len(model.outputs)} outputs."
+        )
+    input_shape, output_shape = tuple(model.inputs[0].shape), tuple(model.outputs[0].shape)
+    if len(input_shape) != 4 or None in input_shape[1:3] or input_shape[3] != 3:
+        raise ValueError(
+            f"{model.name}: the input shape {input_shape} must be (batch, height, width, 3) "
+            "with a known height and width, e.g. (None, 224, 224, 3)."
+        )
+    if len(output_shape) != 2:
+        raise ValueError(
+            f"{model.name}: the output shape {output_shape} must be (batch, classes); build the "
+            "model with include_top=True (a classification head)."
+        )
+    return input_shape[1], input_shape[2], output_shape[1]
+
+
+def _check_takes_pixels(model):
+    """The signatures hand the model 0..255 pixels, so a CaiT must normalise them itself."""
+    names = {layer.name for layer in model.layers}
+    if "patch_embedding" in names and "preprocessing" not in names:
+        raise ValueError(
+            f"{model.name} was built with include_preprocessing=False, so it expects normalised "
+            "images, but the serving signatures take 0..255 pixels. Build it with "
+            "include_preprocessing=True (the default) and load the same weights, then export."
+        )
+
+
+def _class_names(class_names, classes):
+    if class_names is None:
+        if classes != 1000:
+            raise ValueError(
+                f"The model has {classes} classes; pass class_names=[...] ({classes} names in "
+                "index order) for the top_k_classes output. ImageNet names are only known "
+                "for 1000 classes."
+            )
+        return [name for _, name in imagenet_classes()]
+    class_names = [str(name) for name in class_names]
+    if len(class_names) != classes:
+        raise ValueError(
+            f"class_names has {len(class_names)} names but the model has {classes} classes; "
+            "give one name per class, in index order."
+        )
+    return class_names
+
+
+def _outputs_logits(model):
+    """Whether the model's last layer outputs logits (linear) rather than probabilities."""
+    activation = getattr(model.layers[-1], "activation", None)
+    if activation is keras.activations.softmax:
+        return False
+    if activation is keras.activations.linear:
+        return True
+    raise ValueError(
+        f"{model.name}: cannot tell whether the last layer {model.layers[-1].name!r} outputs "
+        "probabilities or logits; pass from_logits=False (softmax probabilities) or "
+        "from_logits=True (logits, a softmax is added)."
+    )
