@@ -10,6 +10,8 @@ import zipfile
 import keras
 import numpy as np
 
+from keras_cait import atomic
+
 _POINTER = "latest.json"
 
 
@@ -154,30 +156,25 @@ class ResumableBackup(keras.callbacks.Callback):
     def save(self):
         """Writes a backup of `self.model` at the current step; keeps the one before it."""
         folder_name = f"step-{self.step}"
-        folder = os.path.join(self.backup_dir, folder_name)
-        partial = folder + ".partial"
-        shutil.rmtree(partial, ignore_errors=True)
-        os.makedirs(partial)
-        self.model.save_weights(os.path.join(partial, "state.weights.h5"))
-        np.savez(
-            os.path.join(partial, "random.npz"),
-            **{f"state_{i}": np.asarray(v) for i, v in enumerate(self._random_states(self.model))},
+        with atomic.written_atomically(os.path.join(self.backup_dir, folder_name)) as partial:
+            os.makedirs(partial)
+            self.model.save_weights(os.path.join(partial, "state.weights.h5"))
+            np.savez(
+                os.path.join(partial, "random.npz"),
+                **{f"state_{i}": np.asarray(v) for i, v in enumerate(self._random_states(self.model))},
+            )
+            progress = {
+                "step": self.step,
+                "plan": self.plan,
+                "checkpoint_best": [
+                    None if c.best is None else float(c.best) for c in self.checkpoints
+                ],
+            }
+            with open(os.path.join(partial, "progress.json"), "w") as file:
+                json.dump(progress, file)
+        atomic.write_text(
+            os.path.join(self.backup_dir, _POINTER), json.dumps({"folder": folder_name, "step": self.step})
         )
-        progress = {
-            "step": self.step,
-            "plan": self.plan,
-            "checkpoint_best": [
-                None if c.best is None else float(c.best) for c in self.checkpoints
-            ],
-        }
-        with open(os.path.join(partial, "progress.json"), "w") as file:
-            json.dump(progress, file)
-        shutil.rmtree(folder, ignore_errors=True)
-        os.replace(partial, folder)
-        pointer = os.path.join(self.backup_dir, _POINTER)
-        with open(pointer + ".partial", "w") as file:
-            json.dump({"folder": folder_name, "step": self.step}, file)
-        os.replace(pointer + ".partial", pointer)
         folders, _ = self._complete_backups()
         for entry in folders[2:]:
             shutil.rmtree(os.path.join(self.backup_dir, entry), ignore_errors=True)

@@ -27,7 +27,6 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -385,21 +384,11 @@ def imagenet_weights(arch, build_reference_model):
     with one_download_at_a_time(target):
         if _usable_cache(target):  # another process filled it while this one waited
             return target
-        atomic.remove_stale_partials(directory)
-        # Temporary names keep the real suffix last: read_checkpoint goes by the suffix.
-        handle, downloaded = tempfile.mkstemp(
-            prefix=atomic.partial_prefix(arch), suffix=".safetensors", dir=directory
-        )
-        os.close(handle)
-        converted = downloaded.removesuffix(".safetensors") + ".weights.h5"
-        try:
+        # The checkpoint is read by its suffix, so it keeps `.safetensors` in the workspace.
+        with atomic.written_atomically(target) as converted:
+            downloaded = converted.removesuffix(".weights.h5") + ".safetensors"
             model = build_reference_model()
             checkpoint, source = fetch(arch, downloaded, max_bytes=size_bound(model))
             load_state_dict(model, read_checkpoint(checkpoint), source=source)
             model.save_weights(converted)
-            os.replace(converted, target)
-        finally:
-            for leftover in (downloaded, converted):
-                if os.path.exists(leftover):
-                    os.remove(leftover)
     return target
