@@ -119,6 +119,7 @@ class Worker:
     def __init__(self, script, path, arguments, log, environment=None):
         command = [sys.executable, os.path.abspath(script), "--worker", path, *arguments]
         self.path, self.log = path, log
+        os.makedirs(os.path.dirname(os.path.abspath(log)), exist_ok=True)
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=open(log, "w"), text=True, bufsize=1,
                                         env=None if environment is None else {**os.environ, **environment})
