@@ -26,11 +26,8 @@ with INVALID_ARGUMENT and a message naming what was expected. Every input and ou
 integer or string whatever the model's dtype policy, and no function needs XLA,
 so TF Serving (REST and gRPC) runs the model as it is, without keras_cait.
 
-A float32 CaiT classifier is exported as its inference graph
-(`keras_cait.inference_graph`): the same outputs, with the normalisation,
-LayerScale and attention scale folded into the weights and a graph that
-oneDNN fuses (MatMul+BiasAdd+GELU, LayerNorm); any other model (mixed
-precision, int8, other heads) as the Keras model itself.
+What is traced (the folded inference graph of a float32 CaiT classifier, else
+the Keras model) is `keras_cait.export.core.inference_form`.
 
 Example:
     export_saved_model(keras_cait.CaiT_S24(weights="imagenet"), "serving/cait_s24/1")

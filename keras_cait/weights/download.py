@@ -234,7 +234,7 @@ def download(arch, destination, max_bytes=None):
         raise DownloadError(
             f"Download of {url} stopped: the server sent more than the {limit} bytes "
             + ("it declared" if size is not None else f"the weights of {arch} can take")
-            + f". Nothing was cached. " + _advice(arch)
+            + ". Nothing was cached. " + _advice(arch)
         )
     if size is not None and received != size:
         raise DownloadError(
