@@ -14,6 +14,7 @@ reports ready, then answers the parent's "time" requests on its stdout. The
 parent side is `Worker` (one process) and `timed_rounds` (the turns).
 """
 
+import gc
 import json
 import math
 import os
@@ -72,7 +73,7 @@ def protocol_channel():
     return channel
 
 
-def serve(channel, run, inputs, ceiling=False, outputs=True, warmups=2, started=None):
+def serve(channel, run, inputs, ceiling=False, outputs=True, warmups=2, started=None, pipeline=None):
     """Warms `run` up on every batch, reports ready, then times it on each request.
 
     Args:
@@ -83,10 +84,18 @@ def serve(channel, run, inputs, ceiling=False, outputs=True, warmups=2, started=
         outputs: send each batch's warm-up result in the ready message
             (the parent compares them between paths).
         started: `time.perf_counter()` when loading began (load_seconds).
+        pipeline: for input pipelines, instead of `run`: `pipeline() -> next_batch`,
+            a fresh pipeline. Each turn starts one, takes its first batch untimed,
+            then counts the batches of the turn (all of them over the turn's time,
+            not the median batch: a pipeline's batches come in bursts) and drops
+            it, so that no pipeline works ahead while another worker is timed.
     """
     start = time.perf_counter() if started is None else started
     results = {}
-    if not ceiling:
+    if pipeline is not None:
+        for _ in range(warmups):
+            _pipeline_turn(pipeline, 0.0)
+    elif not ceiling:
         for batch in inputs:  # compiles, traces and warms up every shape before any timing
             for _ in range(warmups):
                 results[batch] = run(inputs[batch])
@@ -100,6 +109,11 @@ def serve(channel, run, inputs, ceiling=False, outputs=True, warmups=2, started=
             rates = [run(None) for _ in range(3)]
             channel.write(json.dumps({"gflops": max(rates)}) + "\n")
             continue
+        if pipeline is not None:
+            calls, seconds = _pipeline_turn(pipeline, request["seconds"])
+            channel.write(json.dumps({"images_per_second": request["batch"] * calls / seconds, "calls": calls,
+                                      "peak_memory_mb": peak_memory_mb()}) + "\n")
+            continue
         batch, times = request["batch"], []
         deadline = time.perf_counter() + request["seconds"]
         while time.perf_counter() < deadline or len(times) < 2:
@@ -108,6 +122,20 @@ def serve(channel, run, inputs, ceiling=False, outputs=True, warmups=2, started=
             times.append(time.perf_counter() - begin)
         channel.write(json.dumps({"images_per_second": batch / statistics.median(times), "calls": len(times),
                                   "peak_memory_mb": peak_memory_mb()}) + "\n")
+
+
+def _pipeline_turn(pipeline, seconds):
+    """One turn of a fresh pipeline: (batches after the first, their seconds); the pipeline is then dropped."""
+    next_batch = pipeline()
+    next_batch()  # starts workers, fills shuffle buffers: not timed
+    calls, begin = 0, time.perf_counter()
+    while calls < 2 or time.perf_counter() - begin < seconds:
+        next_batch()
+        calls += 1
+    elapsed = time.perf_counter() - begin
+    del next_batch
+    gc.collect()  # a tf.data iterator stops its threads, a DataLoader iterator its worker processes
+    return calls, elapsed
 
 
 # === Parent side: the workers and their turns ===

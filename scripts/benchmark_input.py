@@ -19,8 +19,11 @@ Where the time goes is read from cumulative stages, each a worker of its own:
     full         + mixup/cutmix with label smoothing: DeiT's whole pipeline
 
 A worker's speed is images/s of whole batches taken from the pipeline; the
-workers are timed in turns by scripts/bench_harness.py (the median batch of a
-turn, so the batches a pipeline prefetched while it waited do not count).
+workers are timed in turns by scripts/bench_harness.py. Each turn starts a fresh
+pipeline (a new tf.data iterator; a new DataLoader iterator, whose worker
+processes start with it), takes its first batch untimed, counts the batches of
+the turn and drops the pipeline: nothing works ahead while another worker is
+timed, and no turn drains batches made before it began.
 `--photos` is filled, if empty, with `--images` JPEGs of about 500×375 cut from
 scikit-learn's two sample photos (random crops, scales and flips, quality 90).
 """
@@ -103,8 +106,13 @@ def keras_pipeline(stage, folder, image_size, batch_size, cores):
         stream = training_stream(source, augmentation, batch_size, epochs=10**6)
     options = tf.data.Options()
     options.threading.private_threadpool_size = cores
-    iterator = iter(stream.with_options(options))
-    return lambda: next(iterator)
+    stream = stream.with_options(options)
+
+    def pipeline():
+        iterator = iter(stream)
+        return lambda: next(iterator)
+
+    return pipeline
 
 
 def _pillow_posterize_to_zero_bits():
@@ -137,21 +145,21 @@ def timm_pipeline(stage, folder, image_size, batch_size, cores):
                          re_prob=DEIT_TRANSFORM["re_prob"] if upto >= 3 else 0.0)
         transform = create_transform(image_size, is_training=True, **arguments)
     dataset = ImageFolder(folder, transform)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=cores,
-                                         drop_last=True, persistent_workers=True)
+    endless = torch.utils.data.RandomSampler(dataset, num_samples=10**9)  # epoch after epoch, reshuffled
+    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, sampler=endless, num_workers=cores,
+                                         drop_last=True)
     mixup = Mixup(**DEIT_MIXUP, num_classes=len(dataset.classes)) if upto >= 4 else None
 
-    def batches():
-        while True:
-            yield from loader
+    def pipeline():
+        iterator = iter(loader)  # starts `cores` worker processes; dropping it stops them
 
-    iterator = batches()
+        def next_batch():
+            images, labels = next(iterator)
+            return mixup(images, labels) if mixup else (images, labels)
 
-    def next_batch():
-        images, labels = next(iterator)
-        return mixup(images, labels) if mixup else (images, labels)
+        return next_batch
 
-    return next_batch
+    return pipeline
 
 
 # === Worker and run ===
@@ -173,9 +181,8 @@ def worker(args):
 
         torch.set_num_threads(1)  # the main process only collates and mixes; the workers decode
         pipeline = timm_pipeline
-    next_batch = pipeline(stage, args.photos, args.image_size, args.batch_size, args.cores)
-    bench_harness.serve(channel, lambda _: next_batch(), {args.batch_size: None}, outputs=False,
-                        warmups=3, started=start)
+    bench_harness.serve(channel, None, {args.batch_size: None}, outputs=False, warmups=1, started=start,
+                        pipeline=pipeline(stage, args.photos, args.image_size, args.batch_size, args.cores))
 
 
 def measure(args, logs):
