@@ -291,11 +291,20 @@ def _keras_onnx(spec, batches, workdir, threads, quantization=None):
     return _onnx_runtime(path, threads)
 
 
-def _keras_int8(spec, batches, workdir, threads):
-    """Keras' int8 model: int8 kernels, each Dense input quantised per token on the fly."""
+def _keras_quantized(spec, batches, workdir, threads, mode="int8"):
+    """Keras' `model.quantize(mode)` of every Dense: int8 or int4 kernels with each input quantised
+    per token on the fly, or float8's rounding of inputs and kernels (docs/export.md)."""
     model = _keras_model(spec, workdir)
-    model.quantize("int8", filters=lambda layer: layer.__class__.__name__ == "Dense")
+    model.quantize(mode, filters=lambda layer: layer.__class__.__name__ == "Dense")
     return model.predict_on_batch
+
+
+def _keras_int4(spec, batches, workdir, threads):
+    return _keras_quantized(spec, batches, workdir, threads, mode="int4")
+
+
+def _keras_float8(spec, batches, workdir, threads):
+    return _keras_quantized(spec, batches, workdir, threads, mode="float8")
 
 
 def _keras_int8_onnx(spec, batches, workdir, threads):
@@ -328,7 +337,9 @@ PATHS = {
     "keras-xla": _keras_xla,
     "keras-saved-model": _keras_saved_model,
     "keras-onnx": _keras_onnx,
-    "keras-int8": _keras_int8,
+    "keras-int8": _keras_quantized,
+    "keras-int4": _keras_int4,
+    "keras-float8": _keras_float8,
     "keras-int8-onnx": _keras_int8_onnx,
     "keras-openvino": _keras_openvino,
     "keras-openvino-bf16": _keras_openvino_bf16,
@@ -336,7 +347,7 @@ PATHS = {
 PEERS = ("timm-eager", "timm-compile", "timm-autocast-bf16", "ort-timm-onnx", "openvino-timm-onnx",
          "openvino-timm-onnx-bf16")
 # The default run: 11 paths + the ceiling = 12 workers, which hold S24 in 24 GB; the other
-# paths (int8, predict_on_batch, XLA) are there for --paths.
+# paths (int8, int4, float8, predict_on_batch, XLA) are there for --paths.
 DEFAULT_PATHS = ("timm-eager", "timm-compile", "timm-autocast-bf16", "ort-timm-onnx", "openvino-timm-onnx",
                  "openvino-timm-onnx-bf16", "keras-predict", "keras-saved-model", "keras-onnx", "keras-openvino",
                  "keras-openvino-bf16")
@@ -364,6 +375,8 @@ LABELS = {
     "keras-saved-model": "SavedModel `serving_default`",
     "keras-onnx": "our ONNX under ORT",
     "keras-int8": "Keras int8 `predict_on_batch`",
+    "keras-int4": "Keras int4 `predict_on_batch`",
+    "keras-float8": "Keras float8 `predict_on_batch`",
     "keras-int8-onnx": "our int8 ONNX under ORT",
     "keras-openvino": "OpenVINO (f32)",
     "keras-openvino-bf16": "OpenVINO (bf16)",

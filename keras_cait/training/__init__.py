@@ -8,6 +8,7 @@ are applications, in `keras_cait.cli.runs`.
     schedule.warmup_cosine    a per-step warmup + cosine for short runs
     Distiller                 DeiT's hard/soft distillation from any frozen Keras teacher, in model.fit
     RandomResizedCrop         Inception crop (Keras preprocessing layer)
+    RandAugment               Keras' RandAugment computing only the ops it applies
     MixupCutmix               mixup/cutmix switch, one λ per batch, soft smoothed labels
     augment.Augmentation      the whole per-image and per-batch augmentation with DeiT's defaults
     sources                   tf.data sources: image folders, TFRecords, TFDS
@@ -24,6 +25,7 @@ from keras_cait.training.distillation import Distiller
 from keras_cait.training.lora import enable_lora, merge_lora
 from keras_cait.training.mixup_cutmix import MixupCutmix
 from keras_cait.training.optimizer import adamw, weight_decay_exclusions
+from keras_cait.training.rand_augment import RandAugment
 from keras_cait.training.random_resized_crop import RandomResizedCrop
 from keras_cait.training.schedule import EpochCosine, scaled_learning_rate, warmup_cosine
 from keras_cait.training.transfer import at_resolution, set_backbone_trainable, with_new_head
@@ -33,6 +35,7 @@ __all__ = [
     "Distiller",
     "EpochCosine",
     "MixupCutmix",
+    "RandAugment",
     "RandomResizedCrop",
     "adamw",
     "at_resolution",

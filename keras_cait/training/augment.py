@@ -12,6 +12,7 @@ import keras
 
 from keras_cait.preprocessing import IMAGENET_MEAN, IMAGENET_STD
 from keras_cait.training.mixup_cutmix import MixupCutmix
+from keras_cait.training.rand_augment import RandAugment
 from keras_cait.training.random_resized_crop import RandomResizedCrop
 
 # The rotation range of timm's RandAugment at magnitude 10 (rotate: ±30°).
@@ -20,6 +21,9 @@ _TIMM_MAX_ROTATION_DEGREES = 30.0
 
 def rand_augment(magnitude=9, num_ops=2, seed=None):
     """Keras core's `RandAugment` at the strength of timm's magnitude `magnitude` (of 10).
+
+    The layer is `keras_cait.training.rand_augment.RandAugment`: Keras' own, computing
+    only the ops it applies (the same images, about 11 times less work).
 
     DeiT trains with `--aa rand-m9-mstd0.5-inc1`: 2 ops per image at magnitude 9.
     Keras' RandAugment applies one `factor` to all its ops on scales of its own
@@ -37,9 +41,7 @@ def rand_augment(magnitude=9, num_ops=2, seed=None):
     if not 0 <= magnitude <= 10:
         raise ValueError(f"magnitude={magnitude}: must be in [0, 10] as timm's, e.g. 9.")
     factor = magnitude / 10 * _TIMM_MAX_ROTATION_DEGREES / 360
-    return keras.layers.RandAugment(
-        value_range=(0, 255), num_ops=num_ops, factor=factor, seed=seed, dtype="float32"
-    )
+    return RandAugment(value_range=(0, 255), num_ops=num_ops, factor=factor, seed=seed, dtype="float32")
 
 
 def random_erasing(probability=0.25):
