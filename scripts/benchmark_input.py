@@ -141,7 +141,10 @@ def timm_pipeline(stage, folder, image_size, batch_size, cores):
     if stage == "decode":
         transform = transforms.Compose([transforms.CenterCrop(image_size), transforms.PILToTensor()])
     else:
+        # timm applies color_jitter only when auto_augment is off: the crop stage leaves both out,
+        # as DeiT's pipeline (RandAugment on) never jitters.
         arguments = dict(DEIT_TRANSFORM, auto_augment=DEIT_TRANSFORM["auto_augment"] if upto >= 2 else None,
+                         color_jitter=DEIT_TRANSFORM["color_jitter"] if upto >= 2 else None,
                          re_prob=DEIT_TRANSFORM["re_prob"] if upto >= 3 else 0.0)
         transform = create_transform(image_size, is_training=True, **arguments)
     dataset = ImageFolder(folder, transform)

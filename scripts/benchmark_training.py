@@ -28,7 +28,8 @@ step on a fixed batch (forward + backward + AdamW with DeiT's decay set, drop pa
 0.1, cross-entropy on logits), keras_cait through `train_on_batch` (the step `fit`
 runs) on TensorFlow, TensorFlow + XLA and JAX, each in float32 and
 `mixed_bfloat16`, against timm eager, torch.compile and timm under
-`torch.autocast(bfloat16)`. It reports images/s, the ratio to timm eager (median
+`torch.autocast(bfloat16)`; and two levers, `mixed_bfloat16` with a bfloat16 residual
+stream and JAX with XLA:CPU's instruction fusion off. It reports images/s, the ratio to timm eager (median
 of per-round ratios), GFLOP/s (3 × forward) against the fp32 matmul ceiling, and
 each worker's peak memory. Training workers hold GBs of activations, so at most
 `--alive` paths (timm eager among them, the reference of every group) are
@@ -250,6 +251,7 @@ CPU_PATHS = {
     "keras-tf-xla-bf16": ("keras", "tensorflow", True, True),
     "keras-jax-bf16": ("keras", "jax", True, True),
     "keras-tf-bf16-half-stream": ("keras", "tensorflow", False, True),
+    "keras-jax-no-fusion": ("keras", "jax", True, False),
 }
 CPU_REFERENCE = "timm-eager"
 CPU_LABELS = {
@@ -263,6 +265,7 @@ CPU_LABELS = {
     "keras-tf-xla-bf16": "keras_cait, TensorFlow + XLA, `mixed_bfloat16`",
     "keras-jax-bf16": "keras_cait, JAX, `mixed_bfloat16`",
     "keras-tf-bf16-half-stream": "keras_cait, TensorFlow, `mixed_bfloat16`, bfloat16 residual stream",
+    "keras-jax-no-fusion": "keras_cait, JAX, float32, XLA:CPU's instruction fusion off",
 }
 CPU_PACKAGES = ("torch", "timm", "tensorflow", "keras", "jax", "jaxlib")
 
@@ -275,6 +278,8 @@ def _set_cpu_threads(path, threads):
     if backend == "jax":
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=true "
                                    f"intra_op_parallelism_threads={threads}")
+    if path.endswith("-no-fusion"):  # a lever: docs/benchmarks.md, "Why JAX is slower here"
+        os.environ["XLA_FLAGS"] += " --xla_disable_hlo_passes=fusion"
     if backend:
         os.environ["KERAS_BACKEND"] = backend
     if backend == "tensorflow" or path == CEILING:

@@ -38,7 +38,22 @@ def erasing_box(shape, key, probability=0.25, area=(0.02, 1 / 3), min_aspect=0.3
         `(mask, noise)`: a boolean `(H, W, 1)` mask of the erased pixels and
         float32 N(0, 1) noise of shape `(H, W, C)` to fill them with.
     """
-    apply_key, box_key, noise_key = tf.unstack(tf.random.experimental.stateless_split(key, 3))
+    return erasing_mask(shape, key, probability, area, min_aspect), erasing_noise(shape, key)
+
+
+def erasing_noise(shape, key):
+    """The N(0, 1) noise of `erasing_box`, drawn alone (only an image that gets a box needs it)."""
+    return tf.random.stateless_normal(shape, _keys(key)[2])
+
+
+def _keys(key):
+    """The apply, box and noise keys of one image."""
+    return tf.unstack(tf.random.experimental.stateless_split(key, 3))
+
+
+def erasing_mask(shape, key, probability=0.25, area=(0.02, 1 / 3), min_aspect=0.3):
+    """The boolean `(H, W, 1)` mask of `erasing_box`, without its noise."""
+    apply_key, box_key, _ = _keys(key)
     height, width = tf.cast(shape[0], tf.float32), tf.cast(shape[1], tf.float32)
     draws = tf.random.stateless_uniform((4, ATTEMPTS), box_key)
     target = (area[0] + (area[1] - area[0]) * draws[0]) * height * width
@@ -58,5 +73,4 @@ def erasing_box(shape, key, probability=0.25, area=(0.02, 1 / 3), min_aspect=0.3
         (rows >= top) & (rows < top + box_height) & (columns >= left) & (columns < left + box_width)
     )
     erase = (tf.random.stateless_uniform((), apply_key) < probability) & tf.reduce_any(fits)
-    noise = tf.random.stateless_normal(shape, noise_key)
-    return (erase & inside)[:, :, None], noise
+    return (erase & inside)[:, :, None]

@@ -63,9 +63,12 @@ def central_box(image_height, image_width, ratio, ops=keras.ops):
 
 
 def crop_one(images, box, height, width, interpolation="bicubic", antialias=True, ops=keras.ops):
-    """`(1, H, W, C)` images of any size: slice the box, then resize it to height × width."""
+    """`(1, H, W, C)` images of any size: slice the box, then resize it to height × width
+    (uint8 images in float32)."""
     top, left, box_height, box_width = (ops.cast(box[i], "int32") for i in range(4))
     crop = images[:, top:top + box_height, left:left + box_width, :]
+    if "int" in str(crop.dtype):  # decoded pixels: the box alone is cast, not the whole photo
+        crop = ops.cast(crop, "float32")
     return ops.image.resize(crop, (height, width), interpolation=interpolation, antialias=antialias)
 
 

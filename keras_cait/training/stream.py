@@ -178,7 +178,7 @@ def training_stream(
         shape = tf.shape(image)
         boxes = random_resized_crop.crop_boxes(uniforms, shape[0], shape[1], crop.scale, crop.ratio, TF_OPS)
         image = random_resized_crop.crop_one(
-            tf.cast(image, tf.float32)[None], boxes[0], crop.height, crop.width,
+            image[None], boxes[0], crop.height, crop.width,
             crop.interpolation, crop.antialias, TF_OPS,
         )[0]
         image = tf.clip_by_value(tf.round(image), 0.0, 255.0)

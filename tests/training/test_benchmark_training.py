@@ -76,7 +76,7 @@ def test_smoke_run_of_keras_jax_without_tensorflow_and_of_timm(tmp_path):
 
 # torch.compile is left out (minutes of C++ compilation on a CPU); every other path runs.
 CPU_PATHS = ["timm-bf16", "keras-tf", "keras-tf-xla", "keras-jax", "keras-tf-bf16", "keras-tf-xla-bf16",
-             "keras-jax-bf16", "keras-tf-bf16-half-stream"]
+             "keras-jax-bf16", "keras-tf-bf16-half-stream", "keras-jax-no-fusion"]
 
 
 def test_cpu_smoke_run_times_every_training_step_in_turns(tmp_path):
@@ -91,8 +91,8 @@ def test_cpu_smoke_run_times_every_training_step_in_turns(tmp_path):
     result = json.loads(output.read_text())
     rows = {row["path"]: row for row in result["rows"]}
     assert list(rows) == ["timm-eager", *CPU_PATHS]
-    # --alive 3: timm eager plus two paths per group, so four groups timed one after another.
-    assert len(rows["timm-eager"]["rounds"]) == 4 and rows["timm-eager"]["ratio_to_timm_eager"] == 1.0
+    # --alive 3: timm eager plus two paths per group, so five groups timed one after another.
+    assert len(rows["timm-eager"]["rounds"]) == 5 and rows["timm-eager"]["ratio_to_timm_eager"] == 1.0
     for path, row in rows.items():
         assert len(row["rounds"]) == 1 or path == "timm-eager"
         assert row["images_per_second"] > 0 and row["ratio_to_timm_eager"] > 0, row
@@ -104,3 +104,20 @@ def test_cpu_smoke_run_times_every_training_step_in_turns(tmp_path):
     assert "| CaiT-smoke 32, batch 4 | keras_cait, JAX, `mixed_bfloat16` |" in done.stdout
     assert sorted(path.name for path in logs.iterdir()) == sorted(
         f"smoke-{path}.log" for path in ["timm-eager", "matmul-ceiling", *CPU_PATHS])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="JAX is not installed")
+def test_the_fusion_profile_reports_step_time_and_the_compiled_steps_fusions():
+    """scripts/profile_fusion.py (docs/benchmarks.md, "Why JAX is slower here") on a tiny CaiT."""
+    script = os.path.join(REPOSITORY, "scripts", "profile_fusion.py")
+    done = subprocess.run(
+        [sys.executable, script, "--backend", "jax", "--depth", "2", "--batch", "2", "--image-size", "32",
+         "--steps", "2"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["backend"] == "jax" and report["depth"] == 2 and report["step_seconds"] > 0
+    assert report["cpu_seconds_per_step"] > 0
+    assert 0 < report["largest_fusion"] <= report["fused_instructions"]
+    assert report["their_instructions"] <= report["fused_instructions"]
