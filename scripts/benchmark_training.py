@@ -276,10 +276,10 @@ def _set_cpu_threads(path, threads):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     os.environ["OMP_NUM_THREADS"] = str(threads)
     if backend == "jax":
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=true "
+        # XLA reads no flag after a word without "--" (the thread count below): flags go before it.
+        lever = " --xla_disable_hlo_passes=fusion" if path.endswith("-no-fusion") else ""  # docs/benchmarks.md
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + lever + " --xla_cpu_multi_thread_eigen=true "
                                    f"intra_op_parallelism_threads={threads}")
-    if path.endswith("-no-fusion"):  # a lever: docs/benchmarks.md, "Why JAX is slower here"
-        os.environ["XLA_FLAGS"] += " --xla_disable_hlo_passes=fusion"
     if backend:
         os.environ["KERAS_BACKEND"] = backend
     if backend == "tensorflow" or path == CEILING:
