@@ -15,7 +15,7 @@ def photos(batch=None):
     return (rng.uniform(0, 255, shape) * 0.5 + np.linspace(0, 127, 32)[:, None]).astype("float32")
 
 
-@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("batch", [None, 4])
 def test_the_same_images_as_keras_randaugment_for_the_same_seed(seed, batch):
     arguments = dict(value_range=(0, 255), num_ops=2, factor=0.075, seed=seed)
