@@ -39,6 +39,7 @@ decoding, with INVALID_ARGUMENT.
 
 import math
 import os
+from functools import partial
 
 import numpy as np
 import tensorflow as tf
@@ -176,7 +177,7 @@ def _too_large(frames, height, width):
                             tf.strings.as_string(width), _TOO_LARGE])
 
 
-def decode_image(encoded):
+def decode_image(encoded, window=None):
     """Encoded JPEG/PNG/GIF/BMP/WebP bytes -> `(H, W, 3)` uint8 RGB, as PIL decodes them.
 
     JPEG uses the accurate integer IDCT (PIL's); the first frame of a GIF is
@@ -185,19 +186,52 @@ def decode_image(encoded):
     such files yourself if you need PIL's result. A file whose frames hold more
     than `MAX_PIXELS` pixels in all (every GIF frame at its real size) fails
     with INVALID_ARGUMENT before it is decoded.
+
+    `window` (`[top, left, height, width]` inside the image, as `decoded_size`
+    gives its size) returns only those pixels; a JPEG then decodes only the
+    blocks around them (`tf.io.decode_and_crop_jpeg`), the same pixels as
+    decoding it whole and slicing.
     """
     frames, height, width = decoded_size(encoded)
     check = tf.debugging.Assert(
         frames * height * width <= MAX_PIXELS, [_too_large(frames, height, width)], summarize=1
     )
+
+    def decode_whole():
+        return tf.io.decode_image(encoded, channels=3, expand_animations=False)
+
+    if window is None:
+        decode_jpeg = partial(tf.io.decode_jpeg, encoded, channels=3, dct_method="INTEGER_ACCURATE")
+    else:
+        window = tf.cast(window, tf.int32)
+        decode_jpeg = partial(_jpeg_window, encoded, window, height, width)
+        decode_whole = partial(_window_of, decode_whole, window)
     with tf.control_dependencies([check]):
-        image = tf.cond(
-            tf.io.is_jpeg(encoded),
-            lambda: tf.io.decode_jpeg(encoded, channels=3, dct_method="INTEGER_ACCURATE"),
-            lambda: tf.io.decode_image(encoded, channels=3, expand_animations=False),
-        )
+        image = tf.cond(tf.io.is_jpeg(encoded), decode_jpeg, decode_whole)
     image.set_shape([None, None, 3])
     return image
+
+
+def _window_of(decode, window):
+    top, left, height, width = tf.unstack(window)
+    return decode()[top:top + height, left:left + width]
+
+
+# libjpeg's cropped decode upsamples chroma at the edges of its window as at an image's
+# edges (up to 13 levels off PIL's in the window's last column): decode one MCU more on
+# every side, then slice.
+_JPEG_WINDOW_MARGIN = 16
+
+
+def _jpeg_window(encoded, window, image_height, image_width):
+    top, left, height, width = tf.unstack(window)
+    size = tf.cast(tf.stack([image_height, image_width]), tf.int32)
+    start = tf.maximum(tf.stack([top, left]) - _JPEG_WINDOW_MARGIN, 0)
+    end = tf.minimum(tf.stack([top + height, left + width]) + _JPEG_WINDOW_MARGIN, size)
+    wider = tf.io.decode_and_crop_jpeg(encoded, tf.concat([start, end - start], 0), channels=3,
+                                       dct_method="INTEGER_ACCURATE")
+    top, left = top - start[0], left - start[1]
+    return wider[top:top + height, left:left + width]
 
 
 def target_size(image_size):

@@ -88,6 +88,20 @@ def test_jpeg_is_decoded_as_pil_decodes_it(photo_files):
             np.testing.assert_array_equal(decode_image(path.read_bytes()).numpy(), expected, err_msg=name)
 
 
+def test_a_window_is_the_same_pixels_as_the_whole_image_sliced(photo_files):
+    """The training crop decodes only its box (a JPEG through decode_and_crop_jpeg): it must be
+    the box of PIL's pixels, bit for bit, at the edges too (chroma upsampling reads neighbours)."""
+    for name, path in photo_files.items():
+        encoded = path.read_bytes()
+        whole = decode_image(encoded).numpy()
+        height, width = whole.shape[:2]
+        for top, left, box_height, box_width in [(0, 0, height, width), (height // 3, width // 5, height // 2,
+                                                 width // 3), (height - 7, width - 9, 7, 9), (1, 3, 1, 2)]:
+            window = decode_image(encoded, window=[top, left, box_height, box_width]).numpy()
+            np.testing.assert_array_equal(window, whole[top:top + box_height, left:left + box_width],
+                                          err_msg=f"{name} at {(top, left, box_height, box_width)}")
+
+
 def test_geometry_is_torchvisions_resize_and_timms_resize_keep_ratio():
     from timm.data.transforms import ResizeKeepRatio
     from torchvision import transforms

@@ -13,7 +13,7 @@ import math
 import tensorflow as tf
 import tensorflow.experimental.numpy as tnp
 
-from keras_cait.evaluation_transform import decode_image, evaluation_transform
+from keras_cait.evaluation_transform import decode_image, decoded_size, evaluation_transform
 from keras_cait.training import augment, mixup_cutmix, random_resized_crop
 from keras_cait.training.random_resized_crop import ATTEMPTS
 
@@ -173,12 +173,14 @@ def training_stream(
         keys = tf.random.experimental.stateless_split(
             tf.random.experimental.stateless_fold_in(element_key, index), 3
         )
-        image = decode_image(encoded)
         uniforms = tf.random.stateless_uniform((1, ATTEMPTS, 4), keys[0])
-        shape = tf.shape(image)
-        boxes = random_resized_crop.crop_boxes(uniforms, shape[0], shape[1], crop.scale, crop.ratio, TF_OPS)
+        _, height, width = decoded_size(encoded)
+        boxes = random_resized_crop.crop_boxes(uniforms, height, width, crop.scale, crop.ratio, TF_OPS)
+        # Only the box is decoded (a JPEG's other blocks are skipped), then resized whole.
+        window = decode_image(encoded, window=boxes[0])
+        whole_window = tf.concat([[0.0, 0.0], boxes[0, 2:]], 0)
         image = random_resized_crop.crop_one(
-            image[None], boxes[0], crop.height, crop.width,
+            window[None], whole_window, crop.height, crop.width,
             crop.interpolation, crop.antialias, TF_OPS,
         )[0]
         image = tf.clip_by_value(tf.round(image), 0.0, 255.0)
