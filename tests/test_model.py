@@ -50,12 +50,21 @@ def test_constants_of_the_reference():
 
 
 def test_mlp_uses_the_exact_erf_gelu(random_cait):
-    model = random_cait()
-    dense = model.get_layer("self_attention_block_0").mlp_dense_1
+    """x + γ · fc2(GELU(fc1(LN(x)))) with GELU's erf form, not keras.ops.gelu's default tanh form."""
+    block = random_cait().get_layer("self_attention_block_0")
+    numpy = keras.ops.convert_to_numpy
     x = np.linspace(-4, 4, 9 * WIDTH, dtype="float32").reshape(1, 9, WIDTH)
-    pre = x @ keras.ops.convert_to_numpy(dense.kernel) + keras.ops.convert_to_numpy(dense.bias)
-    exact = 0.5 * pre * (1 + erf(pre / np.sqrt(2)))
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(dense(x)), exact, rtol=1e-5, atol=1e-5)
+    pre = numpy(block.mlp_norm(x)) @ numpy(block.mlp_dense_1.kernel) + numpy(block.mlp_dense_1.bias)
+
+    def residual(hidden):
+        branch = hidden @ numpy(block.mlp_dense_2.kernel) + numpy(block.mlp_dense_2.bias)
+        return x + numpy(block.mlp_layer_scale.gamma) * branch
+
+    exact = residual(0.5 * pre * (1 + erf(pre / np.sqrt(2))))
+    tanh_form = residual(0.5 * pre * (1 + np.tanh(np.sqrt(2 / np.pi) * (pre + 0.044715 * pre**3))))
+    output = numpy(block._mlp_residual(x, training=False))
+    np.testing.assert_allclose(output, exact, rtol=1e-5, atol=1e-5)
+    assert not np.allclose(output, tanh_form, rtol=1e-5, atol=1e-5)  # the two forms are told apart
 
 
 def test_class_attention_stage_leaves_the_patches_unchanged(random_cait):
