@@ -39,7 +39,6 @@ decoding, with INVALID_ARGUMENT.
 
 import math
 import os
-from functools import partial
 
 import numpy as np
 import tensorflow as tf
@@ -197,24 +196,25 @@ def decode_image(encoded, window=None):
         frames * height * width <= MAX_PIXELS, [_too_large(frames, height, width)], summarize=1
     )
 
-    def decode_whole():
-        return tf.io.decode_image(encoded, channels=3, expand_animations=False)
-
-    if window is None:
-        decode_jpeg = partial(tf.io.decode_jpeg, encoded, channels=3, dct_method="INTEGER_ACCURATE")
-    else:
+    if window is not None:
         window = tf.cast(window, tf.int32)
-        decode_jpeg = partial(_jpeg_window, encoded, window, height, width)
-        decode_whole = partial(_window_of, decode_whole, window)
+
+    def decode_jpeg():
+        if window is None:
+            return tf.io.decode_jpeg(encoded, channels=3, dct_method="INTEGER_ACCURATE")
+        return _jpeg_window(encoded, window, height, width)
+
+    def decode_other():
+        image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+        if window is None:
+            return image
+        top, left, window_height, window_width = tf.unstack(window)
+        return image[top:top + window_height, left:left + window_width]
+
     with tf.control_dependencies([check]):
-        image = tf.cond(tf.io.is_jpeg(encoded), decode_jpeg, decode_whole)
+        image = tf.cond(tf.io.is_jpeg(encoded), decode_jpeg, decode_other)
     image.set_shape([None, None, 3])
     return image
-
-
-def _window_of(decode, window):
-    top, left, height, width = tf.unstack(window)
-    return decode()[top:top + height, left:left + width]
 
 
 # libjpeg's cropped decode upsamples chroma at the edges of its window as at an image's
