@@ -341,6 +341,26 @@ def _open_graph_tensor(images):
     )
 
 
+def checked_class_names(names, output_shape, model_name="the model"):
+    """`names` as a tuple of str, after checking there is one per output class; None stays None."""
+    if names is None:
+        return None
+    if isinstance(names, str) or not all(isinstance(name, str) for name in names):
+        raise TypeError(f"class_names={names!r}: give a list of str, one name per class.")
+    names = tuple(names)
+    classes = output_shape[-1] if len(output_shape) == 2 else None
+    if classes is None:
+        raise ValueError(f"{model_name} outputs {tuple(output_shape)}, not class scores: only a "
+                         "classifier (output (batch, classes)) has class names.")
+    if len(names) != classes:
+        raise ValueError(f"class_names has {len(names)} names but {model_name} has {classes} "
+                         "classes; give one name per class, in the order of the outputs.")
+    if len(set(names)) != len(names):
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        raise ValueError(f"class_names repeats {repeated}: give each class its own name.")
+    return names
+
+
 @keras.saving.register_keras_serializable(package="keras_cait")
 class CaiTModel(keras.Model):
     """The functional model that `build_cait` returns.
@@ -364,10 +384,42 @@ class CaiTModel(keras.Model):
       `predict_on_batch`, i.e. the same compiled predict function, and shows
       the same progress bar for `verbose`; anything else is Keras' own `predict`.
 
+    - It carries the names of its classes (`class_names`), saved in its
+      config, so a `.keras` file written after fitting on a folder gives them
+      back from `keras.models.load_model`, and the exporters, `keras-cait
+      predict` and `evaluate` use them. None (the default) where nobody named
+      them; ImageNet models leave them None and `imagenet_class_names()` or
+      `decode_predictions` name their 1000 classes.
+
     Example:
         model = keras_cait.CaiT_XXS24()
         model.predict(image[None])  # (1, 1000), without the per-call pipeline
     """
+
+    _class_names = None
+
+    @property
+    def class_names(self):
+        """The class of each output index as a tuple of str, or None."""
+        return self._class_names
+
+    @class_names.setter
+    def class_names(self, names):
+        self._class_names = checked_class_names(names, self.outputs[0].shape, self.name)
+
+    def get_config(self):
+        config = super().get_config()
+        if self._class_names is not None:
+            config["class_names"] = list(self._class_names)
+        return config
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        config = dict(config)
+        class_names = config.pop("class_names", None)
+        model = super().from_config(config, custom_objects=custom_objects)
+        model.class_names = class_names
+        return model
 
     def __call__(self, *args, **kwargs):
         images = args[0] if args else kwargs.get("inputs")

@@ -227,3 +227,49 @@ def test_cait_by_name_takes_its_resolution_as_the_input_size():
 
     assert cait("cait_xxs24_384", weights=None).input_shape == (None, 384, 384, 3)
     assert cait("xxs24", weights=None).input_shape == (None, 224, 224, 3)
+
+
+# === Class names ===
+
+
+def test_class_names_travel_in_the_keras_file_and_through_every_copy(tiny_cait, tmp_path):
+    from keras_cait.training import lora, transfer
+
+    rng = np.random.RandomState(3)
+    names = tuple(f"class-{i}" for i in rng.permutation(7))
+    model = tiny_cait(classes=7)
+    assert model.class_names is None
+    model.class_names = list(names)
+    assert model.class_names == names
+
+    model.save(tmp_path / "named.keras")
+    assert keras.models.load_model(tmp_path / "named.keras").class_names == names
+    assert transfer.at_resolution(model, 48).class_names == names
+    assert lora.merge_lora(lora.enable_lora(model, 2)).class_names == names
+
+    tiny_cait(classes=7).save(tmp_path / "unnamed.keras")
+    assert keras.models.load_model(tmp_path / "unnamed.keras").class_names is None
+
+
+@pytest.mark.parametrize(
+    "names, error",
+    [(["a", "b"], "has 2 names but cait has 3 classes"), (["a", "b", "a"], r"repeats \['a'\]"),
+     ("abc", "give a list of str"), ([1, 2, 3], "give a list of str")],
+    ids=["too_few", "repeated", "a_string", "not_str"],
+)
+def test_class_names_are_one_str_per_class(tiny_cait, names, error):
+    model = tiny_cait(classes=3)
+    with pytest.raises((ValueError, TypeError), match=error):
+        model.class_names = names
+    with pytest.raises(ValueError, match="not class scores"):
+        tiny_cait(include_top=False).class_names = ["a"]
+
+
+def test_class_names_of_a_model_its_own_else_imagenet_s_for_1000_classes(tiny_cait):
+    from keras_cait.preprocessing import class_names_of, imagenet_classes
+
+    named = tiny_cait(classes=2)
+    named.class_names = ["dog", "cat"]
+    assert class_names_of(named) == ["dog", "cat"]
+    assert class_names_of(tiny_cait(classes=1000)) == [name for _, name in imagenet_classes()]
+    assert class_names_of(tiny_cait(classes=7)) is None

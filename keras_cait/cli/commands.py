@@ -54,9 +54,51 @@ def _build(model_name, weights):
 
     variant, _ = _variant_of(model_name)
     side = _side(model_name)
+    weights = "imagenet" if weights is None else weights
     weights = None if weights == "none" else weights
     with weights_errors(weights):
-        return cait(variant, weights=weights, input_shape=(side, side, 3)), side
+        return cait(variant, weights=weights, input_shape=(side, side, 3))
+
+
+def _check_model_argument(args, top_flag=None):
+    """A `.keras` file or a CaiT name, checked before anything is read or built; for a name, also
+    the --top / --top-k flag `top_flag` against its 1000 ImageNet classes."""
+    if args.model.endswith(".keras"):
+        if args.weights is not None:
+            raise usage(f"--weights {args.weights} applies to a CaiT name; --model {args.model} "
+                        "holds its own weights. Leave --weights out.")
+        return
+    _variant_of(args.model)
+    if top_flag:
+        check_range(top_flag, getattr(args, top_flag[2:].replace("-", "_")), 1, IMAGENET_CLASSES, example=5)
+
+
+def _model(args):
+    """The model of `--model`: a saved `.keras` model (e.g. best.keras of a fine-tuning run) or a
+    CaiT by name (cait_s24_224) with `--weights`."""
+    if args.model.endswith(".keras"):
+        return load_keras_model(args.model)
+    return _build(args.model, args.weights)
+
+
+def _square_side(model, model_name):
+    """The input side of a model that takes square images (images are centre-cropped square)."""
+    height, width = model.input_shape[1:3]
+    if height != width:
+        raise fail(
+            f"--model {model_name!r} takes {height}x{width} images; the command crops images "
+            "square, so it needs a model with square input.",
+        )
+    return height
+
+
+def _classes(model, model_name):
+    """The class count of a classifier; a model without class scores is refused."""
+    shape = model.outputs[0].shape
+    if len(shape) != 2:
+        raise fail(f"--model {model_name!r} outputs {tuple(shape)}, not class scores; give a "
+                   "classifier (a model with its head).")
+    return shape[-1]
 
 
 def _load_image(path, side):
@@ -76,19 +118,29 @@ def _load_image(path, side):
 def predict(args):
     import numpy as np
 
-    from keras_cait.preprocessing import decode_predictions
+    from keras_cait.preprocessing import class_names_of, imagenet_classes
 
-    check_range("--top", args.top, 1, IMAGENET_CLASSES, example=5)
-    # The images first: a typo in a path should not wait for (or download) a model.
-    side = _side(args.model)
+    _check_model_argument(args, "--top")
+    check_range("--top", args.top, 1, example=5)
+    # The images first: a typo in a path or a bad file should not wait for (or download) a
+    # model. A .keras file is local and says the size to read them at.
     check_image_files(args.images)
+    saved = args.model.endswith(".keras")
+    model = _model(args) if saved else None
+    side = _square_side(model, args.model) if saved else _side(args.model)
     images = np.stack([_load_image(path, side) for path in args.images])
-    model, _ = _build(args.model, args.weights)
-    probabilities = model.predict(images, verbose=0)
-    for path, top in zip(args.images, decode_predictions(probabilities, top=args.top)):
+    model = model or _model(args)
+    classes = _classes(model, args.model)
+    check_range("--top", args.top, 1, classes, example=min(5, classes))
+    top = args.top or min(5, classes)
+    probabilities = np.asarray(model.predict(images, verbose=0), "float32")
+    names = class_names_of(model) or [f"class {index}" for index in range(classes)]
+    if getattr(model, "class_names", None) is None and classes == IMAGENET_CLASSES:
+        names = [f"{name} ({wnid})" for wnid, name in imagenet_classes()]
+    for path, scores in zip(args.images, probabilities):
         print(path)
-        for wnid, name, score in top:
-            print(f"  {score:7.2%}  {name} ({wnid})")
+        for index in np.argsort(-scores, kind="stable")[:top]:
+            print(f"  {scores[index]:7.2%}  {names[index]}")
 
 
 def convert(args):
@@ -122,8 +174,8 @@ def export(args):
             "--top-k applies to SavedModels only (ONNX, LiteRT and OpenVINO output scores); "
             "leave it out, or export a SavedModel version folder."
         )
-    check_range("--top-k", args.top_k, 1, IMAGENET_CLASSES, example=5)
-    _variant_of(args.model)
+    _check_model_argument(args, "--top-k")
+    check_range("--top-k", args.top_k, 1, example=5)
     try:
         exporters.check_destination(output, args.overwrite, args.quantization)
     except ValueError as error:
@@ -134,7 +186,9 @@ def export(args):
         check_writable_file("output", output)
     else:
         check_writable_folder("output", output, folder=os.path.dirname(os.path.abspath(output)))
-    model, _ = _build(args.model, args.weights)
+    model = _model(args)
+    classes = _classes(model, args.model)
+    check_range("--top-k", args.top_k, 1, classes, example=min(5, classes))
     try:
         with writing(output):
             _export(exporters, model, output, args)
@@ -152,22 +206,9 @@ def _export(exporters, model, output, args):
         exporters.export_openvino(model, output, quantization=args.quantization, overwrite=args.overwrite)
     else:
         exporters.export_saved_model(
-            model, output, top_k=args.top_k or 5, quantization=args.quantization, overwrite=args.overwrite
+            model, output, top_k=args.top_k or min(5, _classes(model, args.model)),
+            quantization=args.quantization, overwrite=args.overwrite,
         )
-
-
-def _load_model_for_attention(model_name, weights):
-    """A CaiT by name (cait_s24_224) or a saved `.keras` model (e.g. the demo's)."""
-    if not model_name.endswith(".keras"):
-        return _build(model_name, weights)
-    model = load_keras_model(model_name)
-    height, width = model.input_shape[1:3]
-    if height != width:
-        raise fail(
-            f"--model {model_name!r} takes {height}x{width} images; the command crops images "
-            "square, so it needs a model with square input.",
-        )
-    return model, height
 
 
 def attention(args):
@@ -176,11 +217,11 @@ def attention(args):
 
     if not args.out.endswith(".png"):
         raise usage(f"--out {args.out!r} must end in .png, e.g. maps.png.")
-    if not args.model.endswith(".keras"):
-        _variant_of(args.model)
+    _check_model_argument(args)
     check_image_files([args.image])
     check_writable_file("--out", args.out)
-    model, side = _load_model_for_attention(args.model, args.weights)
+    model = _model(args)
+    side = _square_side(model, args.model)
     images = _load_image(args.image, side)[None]
     maps = attention_maps(model, images)
     saliency_path = args.out.removesuffix(".png") + "_saliency.png"
@@ -211,11 +252,12 @@ def build_parser():
     add_debug_flag(parser)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    p = commands.add_parser("predict", help="print the top ImageNet classes of images")
+    p = commands.add_parser("predict", help="print the top classes of images (the model's own, or ImageNet's)")
     p.add_argument("images", nargs="+", metavar="IMAGE")
-    p.add_argument("--model", default="cait_s24_224", help="cait_<variant>[_<resolution>] (default: %(default)s)")
-    p.add_argument("--weights", default="imagenet", help="imagenet, none, or a checkpoint path (default: %(default)s)")
-    p.add_argument("--top", type=int, default=5, help="classes to print (default: %(default)s)")
+    p.add_argument("--model", default="cait_s24_224", help="a saved .keras model (e.g. runs/ft/best.keras) or cait_<variant>[_<resolution>] "
+                        "(default: %(default)s)")
+    p.add_argument("--weights", help="for a CaiT name: imagenet, none, or a checkpoint path (default: imagenet)")
+    p.add_argument("--top", type=int, help="classes to print (default: 5, or all of fewer)")
     add_debug_flag(p)
     p.set_defaults(run=predict)
 
@@ -234,8 +276,9 @@ def build_parser():
         help="TF Serving version folder MODEL_BASE_PATH/<n> (e.g. serving/cait/1), or a .onnx, .tflite "
              "or OpenVINO .xml file",
     )
-    e.add_argument("--model", default="cait_s24_224", help="cait_<variant>[_<resolution>] (default: %(default)s)")
-    e.add_argument("--weights", default="imagenet", help="imagenet, none, or a checkpoint path (default: %(default)s)")
+    e.add_argument("--model", default="cait_s24_224", help="a saved .keras model (e.g. runs/ft/best.keras) or cait_<variant>[_<resolution>] "
+                        "(default: %(default)s)")
+    e.add_argument("--weights", help="for a CaiT name: imagenet, none, or a checkpoint path (default: imagenet)")
     e.add_argument("--top-k", type=int, help="SavedModel only: classes in the top_k outputs (default: 5)")
     e.add_argument("--quantization", choices=["int8", "int4", "float8", "dynamic_int8"],
                    help="int8: Keras int8 (SavedModel, ONNX); int4, float8: Keras int4 / float8 (SavedModel); "
@@ -247,10 +290,9 @@ def build_parser():
     a = commands.add_parser("attention", help="draw the class-attention maps of an image to PNG files")
     a.add_argument("image", metavar="IMAGE")
     a.add_argument("--out", required=True, help="per-head maps PNG; the saliency overlay goes to OUT_saliency.png")
-    a.add_argument("--model", default="cait_s24_224",
-                   help="cait_<variant>[_<resolution>] or a saved .keras model (default: %(default)s)")
-    a.add_argument("--weights", default="imagenet",
-                   help="imagenet, none, or a checkpoint path; ignored for a .keras model (default: %(default)s)")
+    a.add_argument("--model", default="cait_s24_224", help="a saved .keras model (e.g. runs/ft/best.keras) or cait_<variant>[_<resolution>] "
+                        "(default: %(default)s)")
+    a.add_argument("--weights", help="for a CaiT name: imagenet, none, or a checkpoint path (default: imagenet)")
     add_debug_flag(a)
     a.set_defaults(run=attention)
 

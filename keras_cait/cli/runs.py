@@ -16,7 +16,7 @@ import os
 import keras
 
 from keras_cait.atomic import written_atomically
-from keras_cait.model import build_cait
+from keras_cait.model import CaiTModel, build_cait
 from keras_cait.cli.errors import (
     Parser,
     add_debug_flag,
@@ -520,6 +520,7 @@ def _train(model, args, train, validation, distribution, epochs, output_dir, bac
             os.path.join(output_dir, "backup", backup_name),
             args.backup_every,
             monitor="val_accuracy" if validation else "loss",
+            stage=backup_name,
         )
     augmentation = _augmentation(args, train.num_classes)
 
@@ -570,6 +571,74 @@ def _announce(distribution, args, global_batch, steps, peak):
     )
 
 
+# Flags that change how a run goes, not what it trains: a rerun may change them.
+_NOT_SETTINGS = ("run", "debug", "verbose", "output_dir", "backup_every", "cache", "jit_compile",
+                 "deterministic", "strategy", "batch_size")
+
+
+def _settings(args, train, global_batch):
+    """What a rerun in the same --output-dir must share with the run it resumes or repeats."""
+    settings = {}
+    for name, value in sorted(vars(args).items()):
+        if name in _NOT_SETTINGS:
+            continue
+        if name in ("data", "val_data", "model", "teacher", "class_names") and value and ":" not in value \
+                and os.path.exists(value):
+            value = os.path.abspath(value)
+        settings["--" + name.replace("_", "-")] = value
+    return {**settings, "classes": list(train.class_names), "global batch size": global_batch}
+
+
+def _run_record(command, args, train, global_batch, output_dir):
+    with user_input(None, resume.BackupError):  # a rerun with other settings
+        return resume.RunRecord.open(output_dir, command, _settings(args, train, global_batch))
+
+
+def _finished_earlier(output_dir):
+    """A rerun of a run that finished: nothing is trained and nothing is written."""
+    print(f"{output_dir} holds this run, finished earlier with the same settings: nothing to train. "
+          "Give another --output-dir (or delete this one) to train again.", flush=True)
+    _summary(output_dir)
+    return load_keras_model(os.path.join(output_dir, "final.keras"))
+
+
+def _summary(output_dir):
+    """Where the files went, the best validation accuracy, and what to run next."""
+    import shlex
+
+    from keras_cait.training.callbacks import best_record_path
+
+    files = {
+        "best.keras": "the model of the best epoch (below)",
+        "final.keras": "the model at the end",
+        "ema.keras": "the moving average of the weights",
+        "head.weights.h5": "the model after its head-only stage",
+        "run.json": "the settings of the run and the stages it finished",
+        "logs": "TensorBoard logs (tensorboard --logdir " + shlex.quote(os.path.join(output_dir, "logs")) + ")",
+    }
+    print(f"\nDone. In {output_dir}:")
+    for name, what in files.items():
+        if os.path.exists(os.path.join(output_dir, name)):
+            print(f"  {name:<16} {what}")
+    best_path = os.path.join(output_dir, "best.keras")
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        with open(best_record_path(best_path)) as file:
+            best = json.load(file)
+        stage = {"head": " of the head-only stage", "full": " of the whole-network stage",
+                 "lora": " of the LoRA stage"}.get(best.get("stage"), "")
+        name = {"val_accuracy": "validation accuracy", "loss": "training loss (no validation data)"}.get(
+            best["monitor"], best["monitor"])
+        value = f"{best['value']:.2%}" if best["monitor"].endswith("accuracy") else f"{best['value']:.4g}"
+        print(f"Best {name}: {value} at epoch {best['epoch']}{stage} (best.keras).")
+    model = shlex.quote(best_path)
+    serving = shlex.quote(os.path.join("serving", os.path.basename(os.path.abspath(output_dir)), "1"))
+    print("Next:")
+    print(f"  keras-cait predict IMAGE... --model {model}")
+    print(f"  keras-cait evaluate --model {model} --data TEST_FOLDER")
+    print(f"  keras-cait export {serving} --model {model}    (TF Serving; or a .onnx, .tflite, .xml file)",
+          flush=True)
+
+
 def train_run(args):
     """Trains `args.model` from scratch; writes best.keras, final.keras (and ema.keras)."""
     _configure(args)
@@ -579,8 +648,12 @@ def train_run(args):
     _check_batch(args, train, global_batch)
     steps = stream.steps_per_epoch(train, global_batch)
     output_dir = _output_dir(args, distribution)
+    record = _run_record("train", args, train, global_batch, output_dir)
+    if record.finished("train"):
+        return _finished_earlier(output_dir)
     with distribution.scope():
         model = _new_model(args, train.num_classes)
+        model.class_names = train.class_names
         fitted = _fitted(model, args, _teacher(args, train.num_classes))
         peak = schedule.scaled_learning_rate(global_batch, args.lr)
         _compile(
@@ -591,6 +664,9 @@ def train_run(args):
     _train(fitted, args, train, _validation(args, validation, global_batch), distribution,
            args.epochs, output_dir, "train", args.seed)
     save_model(model, os.path.join(output_dir, "final.keras"))
+    record.finish("train")
+    if distribution.is_chief:
+        _summary(output_dir)
     return model
 
 
@@ -604,16 +680,21 @@ def _apply_recipe(args):
             setattr(args, name, value)
 
 
-def _classifier(args, num_classes):
-    """The model to fine-tune: the loaded one with its own head when it predicts `num_classes`
-    classes and the recipe keeps heads (deit-highres, as DeiT's --finetune), else a new head."""
+def _classifier(args, class_names):
+    """The model to fine-tune, named `class_names`: the loaded one with its own head when it
+    predicts that many classes and the recipe keeps heads (deit-highres, as DeiT's --finetune),
+    else a new head."""
     keep_head = args.recipe == "deit-highres"
     backbone = _load_backbone(args, keep_head)
-    if keep_head and backbone.output_shape[-1] == num_classes and transfer.HEAD_NAME in [
+    if keep_head and backbone.output_shape[-1] == len(class_names) and transfer.HEAD_NAME in [
         layer.name for layer in backbone.layers
     ]:
+        if not isinstance(backbone, CaiTModel):  # a .keras file of a plain keras.Model
+            backbone = CaiTModel(backbone.inputs, backbone.outputs, name=backbone.name)
+        backbone.class_names = class_names
         return backbone
-    return transfer.with_new_head(backbone, num_classes, name="cait_finetuned")
+    return transfer.with_new_head(backbone, len(class_names), name="cait_finetuned",
+                                  class_names=class_names)
 
 
 def _load_backbone(args, keep_head=False):
@@ -671,6 +752,10 @@ def finetune_run(args):
     steps = stream.steps_per_epoch(train, global_batch)
     output_dir = _output_dir(args, distribution)
     head_weights = os.path.join(output_dir, "head.weights.h5")
+    record = _run_record("finetune", args, train, global_batch, output_dir)
+    last_stage = ("lora" if args.lora_rank else "full") if args.epochs else "head"
+    if record.finished(last_stage):
+        return _finished_earlier(output_dir)
 
     highres = args.recipe == "deit-highres"
 
@@ -679,7 +764,7 @@ def finetune_run(args):
         return schedule.scaled_learning_rate(global_batch, rate, reference)
 
     with distribution.scope():
-        model = _classifier(args, train.num_classes)
+        model = _classifier(args, train.class_names)
         teacher = _teacher(args, train.num_classes)
     validation = _validation(args, validation, global_batch)  # at the backbone's size
     _announce(distribution, args, global_batch, steps, scaled(args.lr))
@@ -691,6 +776,8 @@ def finetune_run(args):
         with user_input(None, ValueError):  # the head of another plan
             head_trained = _head_is_trained(head_weights, head_plan)
         if head_trained:
+            print(f"Stage 1 done in an earlier run: the head is loaded from {head_weights}, not "
+                  "trained again.", flush=True)
             model.load_weights(head_weights)
         else:
             transfer.set_backbone_trainable(model, False)
@@ -704,6 +791,7 @@ def finetune_run(args):
                     json.dump(head_plan, file)
             with written_atomically(head_weights) as partial:
                 model.save_weights(partial)
+        record.finish("head")
     if args.epochs:
         stage = (f"LoRA of rank {args.lora_rank} on the attention projections, and the head"
                  if args.lora_rank else "the whole network")
@@ -718,10 +806,13 @@ def finetune_run(args):
             _compile(fitted, args, scaled(args.lr), args.epochs, steps, args.warmup_epochs,
                      args.warmup_lr, per_epoch=highres)
         _train(fitted, args, train, validation, distribution, args.epochs,
-               output_dir, "lora" if args.lora_rank else "full", args.seed + 1)
+               output_dir, last_stage, args.seed + 1)
     if args.lora_rank:
         model = lora.merge_lora(model)
     save_model(model, os.path.join(output_dir, "final.keras"))
+    record.finish(last_stage)
+    if distribution.is_chief:
+        _summary(output_dir)
     return model
 
 
@@ -751,6 +842,13 @@ def evaluate_run(args):
             f"{source.num_classes}; evaluate on data with the model's classes in the same "
             "(sorted) order."
         )
+    names = getattr(model, "class_names", None)
+    if names is not None and list(names) != [str(name) for name in source.class_names]:
+        raise fail(
+            f"--data {args.data} has the classes {_listed(source.class_names)} but --model "
+            f"{args.model} was trained on {_listed(names)}; evaluate on data of the model's "
+            "classes (folder names are classes, in sorted order)."
+        )
     metrics = [keras.metrics.SparseTopKCategoricalAccuracy(1, name="top1")]
     if classes >= 5:
         metrics.append(keras.metrics.SparseTopKCategoricalAccuracy(5, name="top5"))
@@ -762,6 +860,11 @@ def evaluate_run(args):
     report["images"] = source.num_examples
     print(json.dumps(report))
     return report
+
+
+def _listed(names):
+    names = [str(name) for name in names]
+    return ", ".join(names) if len(names) <= 6 else f"{', '.join(names[:5])}, … ({len(names)} in all)"
 
 
 COMMANDS = {

@@ -42,7 +42,7 @@ from keras_cait.atomic import written_atomically
 from keras_cait.evaluation_transform import IMAGE_FORMATS, decode_image, evaluation_transform
 from keras_cait.export.core import check_version_folder, inference_form, quantized, require_tensorflow_backend
 from keras_cait.inference_graph import InferenceGraph
-from keras_cait.preprocessing import imagenet_classes
+from keras_cait.preprocessing import class_names_of
 
 
 def export_saved_model(
@@ -57,7 +57,8 @@ def export_saved_model(
             "serving/cait_s24/1"; TF Serving serves the highest version.
         top_k: how many best classes the `top_k_*` outputs list.
         class_names: the names of the classes in index order; defaults to the
-            ImageNet names for 1000 classes and must be given otherwise.
+            model's own `class_names` (kept by a model fitted on a folder), else
+            the ImageNet names for 1000 classes, and must be given otherwise.
         from_logits: whether the model outputs logits (they get a softmax);
             by default read from the model's last layer activation.
         quantization: None (float), "int8" (every Dense kernel stored as int8
@@ -75,7 +76,7 @@ def export_saved_model(
     require_tensorflow_backend("export_saved_model")
     height, width, classes = _classifier_shape(model)
     _check_takes_pixels(model)
-    names = _class_names(class_names, classes)
+    names = _class_names(class_names, classes, model)
     if from_logits is None:
         from_logits = _outputs_logits(model)
     if not 1 <= top_k <= classes:
@@ -244,15 +245,15 @@ def _check_takes_pixels(model):
         )
 
 
-def _class_names(class_names, classes):
+def _class_names(class_names, classes, model):
     if class_names is None:
-        if classes != 1000:
-            raise ValueError(
-                f"The model has {classes} classes; pass class_names=[...] ({classes} names in "
-                "index order) for the top_k_classes output. ImageNet names are only known "
-                "for 1000 classes."
-            )
-        return [name for _, name in imagenet_classes()]
+        class_names = class_names_of(model)
+    if class_names is None:
+        raise ValueError(
+            f"The model has {classes} classes and no class_names of its own; pass "
+            f"class_names=[...] ({classes} names in index order) for the top_k_classes output, "
+            "or set model.class_names. ImageNet names are only known for 1000 classes."
+        )
     class_names = [str(name) for name in class_names]
     if len(class_names) != classes:
         raise ValueError(

@@ -1,11 +1,12 @@
 """The callbacks of a training run: best-model checkpoint, TensorBoard, backups."""
 
 import importlib.util
+import json
 import os
 
 import keras
 
-from keras_cait.atomic import written_atomically
+from keras_cait.atomic import write_text, written_atomically
 from keras_cait.training.resume import ResumableBackup
 
 
@@ -23,6 +24,8 @@ def save_model(model, path):
     model = getattr(model, "student", model)  # a Distiller saves the model it trains
     # The same layers and variables in an uncompiled model of the same class: nothing copied.
     bare = type(model)(inputs=model.inputs, outputs=model.outputs, name=model.name)
+    if getattr(model, "class_names", None) is not None:
+        bare.class_names = model.class_names
     with written_atomically(path) as partial:
         bare.save(partial)
 
@@ -33,14 +36,17 @@ class BestModelCheckpoint(keras.callbacks.Callback):
     Like `keras.callbacks.ModelCheckpoint(save_best_only=True)`, but the file
     holds the model only (no optimizer state) and a kill during the save never
     destroys the previous best. `best` is the best value so far (None before
-    the first epoch); `ResumableBackup` keeps it across resumptions.
+    the first epoch); `ResumableBackup` keeps it across resumptions. Beside the
+    model, `<name>.json` says what it is the best of: `{"monitor":
+    "val_accuracy", "value": 0.91, "epoch": 3, "stage": "full"}` (epochs from 1).
     """
 
-    def __init__(self, filepath, monitor="val_accuracy", mode="max"):
+    def __init__(self, filepath, monitor="val_accuracy", mode="max", stage=None):
         super().__init__()
         if mode not in ("min", "max"):
             raise ValueError(f"mode={mode!r}: must be 'min' or 'max'.")
         self.filepath, self.monitor, self.mode = os.fspath(filepath), monitor, mode
+        self.stage = stage
         self.best = None
 
     def on_epoch_end(self, epoch, logs=None):
@@ -54,6 +60,13 @@ class BestModelCheckpoint(keras.callbacks.Callback):
         if self.best is None or (value < self.best if self.mode == "min" else value > self.best):
             self.best = value
             save_model(self.model, self.filepath)
+            record = {"monitor": self.monitor, "value": value, "epoch": epoch + 1, "stage": self.stage}
+            write_text(best_record_path(self.filepath), json.dumps(record) + "\n")
+
+
+def best_record_path(model_path):
+    """Where `BestModelCheckpoint` says what `model_path` is the best of: best.keras -> best.json."""
+    return os.fspath(model_path).removesuffix(".keras") + ".json"
 
 
 class MovingAverageFile(keras.callbacks.Callback):
@@ -82,7 +95,7 @@ class MovingAverageFile(keras.callbacks.Callback):
             variable.assign(value)
 
 
-def run_callbacks(output_dir, backup_dir, backup_every, monitor="val_accuracy"):
+def run_callbacks(output_dir, backup_dir, backup_every, monitor="val_accuracy", stage=None):
     """Callbacks of `scripts/train.py` and `scripts/finetune.py` writing under `output_dir`.
 
     - `best.keras`: the model with the best `monitor` so far (`BestModelCheckpoint`;
@@ -104,6 +117,7 @@ def run_callbacks(output_dir, backup_dir, backup_every, monitor="val_accuracy"):
         os.path.join(output_dir, "best.keras"),
         monitor=monitor,
         mode="min" if monitor.endswith("loss") else "max",
+        stage=stage,
     )
     backup = ResumableBackup(backup_dir, save_freq=backup_every, checkpoints=[checkpoint])
     tensorboard = keras.callbacks.TensorBoard(os.path.join(output_dir, "logs"))

@@ -25,6 +25,79 @@ def plan_differences(saved, plan):
     )
 
 
+class RunRecord:
+    """`run.json` in a run's folder: the settings of the run and the stages it has finished.
+
+    Written before the first stage trains and after each stage ends, so that a
+    rerun in the same folder knows what it would resume. `RunRecord.open`
+    refuses a rerun whose settings differ from the recorded ones (naming each
+    one), whether or not a backup is left; `finished(stage)` tells which stages
+    a rerun skips.
+
+        {"command": "finetune", "settings": {"--epochs": 10, ...}, "finished": ["head"]}
+    """
+
+    FILENAME = "run.json"
+
+    def __init__(self, path, command, settings, finished=()):
+        self.path, self.command, self.settings = path, command, dict(settings)
+        self._finished = list(finished)
+
+    @classmethod
+    def open(cls, output_dir, command, settings):
+        """The record of the run in `output_dir`, started anew where there is none (a `BackupError`
+        when the folder holds a run of another command or other settings)."""
+        path = os.path.join(output_dir, cls.FILENAME)
+        settings = json.loads(json.dumps(settings))  # as a rerun reads them back: lists, not tuples
+        try:
+            with open(path) as file:
+                saved = json.load(file)
+        except FileNotFoundError:
+            record = cls(path, command, settings)
+            record._write()
+            return record
+        except (OSError, ValueError) as error:
+            raise BackupError(f"{path} is unreadable ({error}); delete it to start the run over, or "
+                              "give another --output-dir.") from error
+        if saved.get("command") != command:
+            raise BackupError(f"{output_dir} holds a run of `keras-cait {saved.get('command')}`; give "
+                              f"`keras-cait {command}` another --output-dir.")
+        old = saved.get("settings", {})
+        changed = "; ".join(
+            f"{key} {_shown(old.get(key))} then, {_shown(value)} now"
+            for key, value in settings.items()
+            if old.get(key) != value
+        )
+        if changed:
+            raise BackupError(
+                f"{output_dir} holds a run with other settings ({changed}). Rerun with that run's "
+                "settings to resume it, give another --output-dir, or delete the folder to start "
+                f"over: rm -r {output_dir}"
+            )
+        return cls(path, command, settings, saved.get("finished", []))
+
+    def finished(self, stage):
+        return stage in self._finished
+
+    def finish(self, stage):
+        if stage not in self._finished:
+            self._finished.append(stage)
+            self._write()
+
+    def _write(self):
+        record = {"command": self.command, "settings": self.settings, "finished": self._finished}
+        atomic.write_text(self.path, json.dumps(record, indent=2) + "\n")
+
+
+def _shown(value):
+    """A setting as a message shows it: a long list of class names shortened."""
+    if not isinstance(value, list):
+        return value
+    if len(value) > 4:
+        return f"[{', '.join(map(str, value[:3]))}, … ({len(value)} in all)]"
+    return f"[{', '.join(map(str, value))}]"
+
+
 class BackupError(ValueError):
     """The backups cannot be resumed from: none is usable, or they are of another plan."""
 

@@ -7,19 +7,21 @@ import keras
 from keras_cait.layers import PatchEmbedding, PositionEmbedding
 from keras_cait.layers.initializers import linear_kernel
 from keras_cait.layers.position_embedding import resize_position_embedding
-from keras_cait.model import float32_if_mixed
+from keras_cait.model import CaiTModel, float32_if_mixed
 
 HEAD_NAME = "predictions"
 _FEATURE_LAYERS = ("token_pool", "avg_pool")
 
 
-def with_new_head(model, classes, classifier_activation="softmax", name=None):
-    """A classifier for `classes` classes on the features of a CaiT `model`.
+def with_new_head(model, classes, classifier_activation="softmax", name=None, class_names=None):
+    """A classifier (`CaiTModel`) for `classes` classes on the features of a CaiT `model`.
 
     `model` is a CaiT with or without its head (`include_top=False` with
     `pooling="token"` or `"avg"`); its layers are shared, not copied. The new
     Dense head `predictions` is float32 under mixed precision and initialised
     like the original one (N(0, 0.02²) weights, zero bias, as DeiT's fine-tuning).
+    `class_names` (one per class, in index order) are kept in the model and in
+    the `.keras` files it is saved to.
 
     Example:
         >>> backbone = keras_cait.CaiT_XXS24(include_top=False, pooling="token")
@@ -47,7 +49,9 @@ def with_new_head(model, classes, classifier_activation="softmax", name=None):
         name=HEAD_NAME,
         dtype=float32_if_mixed(keras.config.dtype_policy()),
     )
-    return keras.Model(model.inputs, head(features), name=name or model.name)
+    classifier = CaiTModel(model.inputs, head(features), name=name or model.name)
+    classifier.class_names = class_names
+    return classifier
 
 
 def set_backbone_trainable(model, trainable):

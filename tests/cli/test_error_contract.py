@@ -488,6 +488,8 @@ def test_an_error_while_exporting_names_the_version_folder_not_the_hidden_one(ki
 
     from keras_cait import export as exporters
     from keras_cait.cli import commands
+    from keras_cait.model import build_cait
+    from tests.conftest import TINY_CAIT
 
     version = str(tmp_path / "serving" / "1")
     hidden = str(tmp_path / "serving" / ".1.partial-4242-abcdefgh" / "1" / "variables")
@@ -497,7 +499,7 @@ def test_an_error_while_exporting_names_the_version_folder_not_the_hidden_one(ki
             raise PermissionError(13, "Permission denied", hidden)
         raise tf.errors.PermissionDeniedError(None, None, f"{hidden}; Permission denied")
 
-    monkeypatch.setattr(commands, "_build", lambda *args: (None, 224))
+    monkeypatch.setattr(commands, "_build", lambda *args: build_cait(**TINY_CAIT, input_shape=(32, 32, 3)))
     monkeypatch.setattr(exporters, "export_saved_model", export_saved_model)
     status, err = run_row(["export", version, "--weights", "none"], capfd)
     assert status == FAILURE and err.count("\n") == 1

@@ -1,5 +1,6 @@
 """keras-cait finetune --lora-rank: LoRA on the attention projections, saved merged as a plain CaiT."""
 
+import json
 import os
 
 import keras
@@ -35,6 +36,9 @@ def test_lora_finetune_changes_only_the_projections_and_the_head(tiny_cait, digi
         path for path in weights if path.endswith(projection)
     }
 
+    # As a LoRA stage killed mid-way leaves the folder: a backup, the stage not finished.
     os.makedirs(tmp_path / "run" / "backup" / "lora")
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    (tmp_path / "run" / "run.json").write_text(json.dumps({**record, "finished": ["head"]}))
     with pytest.raises(UserError, match="cannot be resumed.*remove .*backup/lora"):
         runs.finetune_run(_args(model_path, data_dir, str(tmp_path / "run")))

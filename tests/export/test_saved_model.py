@@ -352,3 +352,17 @@ def test_every_weight_is_saved_once_with_the_layer_scales_and_patch_bias_folded(
     assert len(folded) == 2 * 4 + 1  # two LayerScales in each of the 2 + 2 blocks
     kept = [weight for weight in model.trainable_weights if not any(weight is f for f in folded)]
     assert saved == sum(int(np.prod(weight.shape)) for weight in kept)
+
+
+def test_the_model_s_own_class_names_name_the_top_k(images, tmp_path):
+    model = small_model(classes=4)
+    model.class_names = ["wolf", "ant", "yak", "emu"]
+    loaded = tf.saved_model.load(str(export_saved_model(model, tmp_path / "1", top_k=4)))
+    outputs = loaded.signatures["serving_default"](images=tf.constant(images))
+    best = np.argsort(-outputs["probabilities"].numpy(), axis=1)
+    np.testing.assert_array_equal(outputs["top_k_classes"].numpy().astype(str),
+                                  np.array(model.class_names)[best])
+    given = ["w", "a", "y", "e"]  # names passed to the call win
+    loaded = tf.saved_model.load(str(export_saved_model(model, tmp_path / "2", class_names=given, top_k=1)))
+    assert set(loaded.signatures["serving_default"](images=tf.constant(images))["top_k_classes"].numpy()
+               .astype(str).ravel()) <= set(given)

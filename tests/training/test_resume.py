@@ -273,6 +273,42 @@ def test_a_rerun_with_another_batch_size_is_refused_naming_it(tiny_cait, digits,
     assert json.loads((tmp_path / "run" / "backup" / "full" / "latest.json").read_text())["step"] == 3
 
 
+def test_a_rerun_says_what_it_skips_and_refuses_a_changed_setting_without_a_backup(tiny_cait, digits, tmp_path):
+    data = digits(tmp_path / "a", per_class=6, classes=range(3))
+    model_path = str(tmp_path / "pretrained.keras")
+    tiny_cait(classes=10).save(model_path)
+    run = tmp_path / "run"
+    first = finetune(model_path, data, str(run), "--head-epochs", "1", "--epochs", "1")
+    output, _ = first.communicate(timeout=300)
+    assert first.returncode == 0, output
+    assert not (run / "backup").exists()  # nothing left to resume from
+    files = {name: (run / name).read_bytes() for name in ("best.keras", "final.keras", "head.weights.h5")}
+
+    # The same command again: nothing trained, nothing written, and it says so.
+    again = finetune(model_path, data, str(run), "--head-epochs", "1", "--epochs", "1")
+    output, _ = again.communicate(timeout=300)
+    assert again.returncode == 0, output
+    assert "finished earlier with the same settings: nothing to train" in output
+    assert {name: (run / name).read_bytes() for name in files} == files
+
+    # A changed setting, typed equal to nothing the run had, with no backup to compare against.
+    changed = finetune(model_path, data, str(run), "--head-epochs", "1", "--epochs", "3", "--lr", "1e-4")
+    output, _ = changed.communicate(timeout=300)
+    assert changed.returncode == 1
+    assert "--epochs 1 then, 3 now" in output and "--lr 0.0003 then, 0.0001 now" in output
+    assert {name: (run / name).read_bytes() for name in files} == files
+
+    # Killed after its head stage: the rerun announces the head it does not train again.
+    record = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**record, "finished": ["head"]}))
+    resumed = finetune(model_path, data, str(run), "--head-epochs", "1", "--epochs", "1")
+    output, _ = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, output
+    assert f"Stage 1 done in an earlier run: the head is loaded from {run / 'head.weights.h5'}" in output
+    assert (run / "head.weights.h5").read_bytes() == files["head.weights.h5"]
+    assert json.loads((run / "run.json").read_text())["finished"] == ["head", "full"]
+
+
 def test_a_finetune_rerun_with_other_data_classes_or_head_epochs_is_refused(tiny_cait, digits, tmp_path):
     first_data = digits(tmp_path / "a", per_class=10)
     other_data = digits(tmp_path / "b", per_class=10, classes=range(3))
@@ -287,8 +323,10 @@ def test_a_finetune_rerun_with_other_data_classes_or_head_epochs_is_refused(tiny
     output, _ = rerun.communicate(timeout=300)
 
     assert rerun.returncode != 0
-    assert (f"another plan (data {first_data} then, {other_data} now; classes 10 then, 3 now; "
-            "head epochs 1 then, 3 now)") in output
+    assert f"{run} holds a run with other settings (" in output
+    for change in (f"--data {first_data} then, {other_data} now", "--head-epochs 1 then, 3 now",
+                   "classes [0, 1, 2, … (10 in all)] then, [0, 1, 2] now"):
+        assert change in output
     assert f"rm -r {run}" in output
     assert (run / "head.weights.h5").read_bytes() == head
     assert (run / "final.keras").read_bytes() == final
