@@ -701,7 +701,8 @@ def _load_backbone(args, keep_head=False):
     """A CaiT at `args.image_size`: a variant with its weights, or a .keras model; without
     its head unless `keep_head`."""
     if args.model.endswith(".keras"):
-        model = load_keras_model(args.model)
+        # The file keeps the dtype policy it was saved with; --precision decides.
+        model = transfer.with_dtype_policy(load_keras_model(args.model), args.precision)
         if args.image_size is None:
             args.image_size = _square_side(model)
         if model.input_shape[1:3] != (args.image_size, args.image_size):

@@ -28,7 +28,7 @@ from keras_cait.training.optimizer import adamw, weight_decay_exclusions
 from keras_cait.training.rand_augment import RandAugment
 from keras_cait.training.random_resized_crop import RandomResizedCrop
 from keras_cait.training.schedule import EpochCosine, scaled_learning_rate, warmup_cosine
-from keras_cait.training.transfer import at_resolution, set_backbone_trainable, with_new_head
+from keras_cait.training.transfer import at_resolution, set_backbone_trainable, with_dtype_policy, with_new_head
 
 __all__ = [
     "Augmentation",
@@ -54,5 +54,6 @@ __all__ = [
     "transfer",
     "warmup_cosine",
     "weight_decay_exclusions",
+    "with_dtype_policy",
     "with_new_head",
 ]

@@ -96,21 +96,65 @@ def at_resolution(model, image_size):
         )
     grid = image_size // patch_size
     positions = {layer.name for layer in model.layers if isinstance(layer, PositionEmbedding)}
-    config = model.get_config()
-    for layer_config in config["layers"]:
-        # Rebuilt at the new size when the graph is called, not at the recorded one.
-        layer_config.pop("build_config", None)
+
+    def resize(layer_config):
         if layer_config["class_name"] == "InputLayer":
             shape = layer_config["config"]["batch_shape"]
             layer_config["config"]["batch_shape"] = [shape[0], image_size, image_size, shape[3]]
         elif layer_config["config"]["name"] in positions:
             layer_config["config"]["grid_size"] = [grid, grid]
-    resized = model.__class__.from_config(config)
-    for old, new in zip(model.layers, resized.layers):
-        if isinstance(old, PositionEmbedding):
-            embeddings = keras.ops.convert_to_numpy(old.embeddings)
-            new.embeddings.assign(resize_position_embedding(embeddings, (grid, grid), old.grid_size))
+
+    def position_embedding(old, new):
+        embeddings = keras.ops.convert_to_numpy(old.embeddings)
+        new.embeddings.assign(resize_position_embedding(embeddings, (grid, grid), old.grid_size))
+
+    return _rebuilt(model, resize, {PositionEmbedding: position_embedding})
+
+
+# The layers that `build_cait` and `with_new_head` keep float32 under a mixed policy.
+_FLOAT32_UNDER_MIXED = {"position_embedding", "class_token", "final_norm", "token_pool", "avg_pool",
+                        HEAD_NAME}
+
+
+def with_dtype_policy(model, policy):
+    """The same CaiT computing under `policy` (e.g. "mixed_bfloat16"), with the weights of `model`.
+
+    A `.keras` file keeps the dtype policy each layer was built with, so a model
+    saved in float32 and loaded under a mixed global policy still computes in
+    float32. This rebuilds it as `build_cait` would under `policy`: the blocks
+    and the patch embedding in `policy`, the residual stream's parameters, the
+    final norm and the head in float32 where `policy` is mixed. A model already
+    under `policy` is returned as it is.
+    """
+    policy = keras.dtype_policies.get(policy).name
+    stream = float32_if_mixed(policy)
+
+    def repolicy(layer_config):
+        if layer_config["class_name"] == "InputLayer" or "dtype" not in layer_config["config"]:
+            return
+        pinned = layer_config["config"]["name"] in _FLOAT32_UNDER_MIXED
+        layer_config["config"]["dtype"] = stream if pinned else policy
+
+    if all(layer.dtype_policy.name == (stream if layer.name in _FLOAT32_UNDER_MIXED else policy)
+           for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)):
+        return model
+    return _rebuilt(model, repolicy)
+
+
+def _rebuilt(model, edit, copy_weights=None):
+    """`model` rebuilt from its config after `edit(layer_config)` of each layer, with its weights
+    (`copy_weights[type](old, new)` for the layer types that need more than a copy)."""
+    config = model.get_config()
+    for layer_config in config["layers"]:
+        # Rebuilt as the graph is called, not as recorded.
+        layer_config.pop("build_config", None)
+        edit(layer_config)
+    rebuilt = model.__class__.from_config(config)
+    for old, new in zip(model.layers, rebuilt.layers):
+        copy = (copy_weights or {}).get(type(old))
+        if copy:
+            copy(old, new)
         else:
             new.set_weights(old.get_weights())
         new.trainable = old.trainable
-    return resized
+    return rebuilt

@@ -4,8 +4,8 @@ Each cell trains a tiny CaiT on a folder of 8 small PNGs in two classes as a use
 the console script `keras-cait` (train, finetune, train with a teacher) and the `scripts/`
 wrappers run in a fresh process with their defaults (XLA on, RandAugment 9, random erasing 0.25,
 mixup 0.8 / cutmix 1.0, repeated augmentation 3, EMA); only the sizes are made small. A cell
-passes when the process exits 0 after at least two steps, writes its files and reports a
-finite loss. The Python cell runs `training.stream.training_stream` into `model.fit`.
+passes when the process exits 0 after at least two training steps, writes its files, reports
+finite losses, and the saved model's blocks compute in the precision asked for. The Python cell runs `training.stream.training_stream` into `model.fit`.
 Under the JAX backend (the GPU path), where JAX is installed, the console's train and the
 Python stream run in every precision too.
 """
@@ -118,7 +118,30 @@ def test_each_entry_point_trains_in_each_precision(entry_point, precision, backe
     assert "Traceback" not in done.stderr
     assert files <= set(os.listdir(output_dir)), os.listdir(output_dir)
     seen = losses(done.stdout)
-    assert len(seen) >= 2 and all(math.isfinite(loss) for loss in seen), done.stdout[-2000:]
+    assert seen and all(math.isfinite(loss) for loss in seen), done.stdout[-2000:]
+    assert steps_run(done.stdout) >= 2, done.stdout[-2000:]
+    assert block_policies(output_dir / "final.keras") == {precision}
+
+
+def steps_run(output):
+    """Training steps that ran, from Keras' progress lines: each epoch's line ends at `n/n`."""
+    steps = 0
+    for line in output.replace("\r", "\n").split("\n"):
+        finished = [int(done) for done, total in re.findall(r"\b(\d+)/(\d+) ", line) if done == total]
+        if finished and "loss: " in line:
+            steps += finished[-1]
+    return steps
+
+
+def block_policies(path):
+    """The dtype policies of the saved model's CaiT blocks: what its matmuls computed in."""
+    import keras
+
+    import keras_cait  # noqa: F401  CaiT's classes for load_model
+
+    model = keras.models.load_model(path)
+    return {layer.dtype_policy.name for layer in model.layers if layer.name.endswith(tuple(
+        f"attention_block_{i}" for i in range(10)))}
 
 
 PYTHON_STREAM = """

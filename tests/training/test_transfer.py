@@ -114,3 +114,22 @@ def test_at_resolution_of_a_lora_model_says_to_merge_first(tiny_cait):
     with pytest.raises(ValueError, match=r"has LoRA weights.*at_resolution\(merge_lora\(model\), 64\)"):
         at_resolution(model, 64)
     assert at_resolution(merge_lora(model), 64).input_shape == (None, 64, 64, 3)
+
+
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_a_float32_model_rebuilt_under_a_mixed_policy_computes_as_one_built_under_it(tiny_cait, policy, tmp_path):
+    from keras_cait.training import with_dtype_policy
+
+    saved = with_new_head(tiny_cait(include_top=False, pooling="token"), 3)
+    saved.save(tmp_path / "float32.keras")
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        built = with_new_head(tiny_cait(include_top=False, pooling="token"), 3)
+        loaded = keras.models.load_model(tmp_path / "float32.keras")
+        rebuilt = with_dtype_policy(loaded, policy)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    policies = lambda model: [(layer.name, layer.dtype_policy.name) for layer in model.layers]  # noqa: E731
+    assert policies(rebuilt) == policies(built) != policies(loaded)
+    for old, new in zip(loaded.weights, rebuilt.weights):
+        np.testing.assert_array_equal(np.asarray(old), np.asarray(new))
