@@ -6,12 +6,22 @@ CDN on another host name (`localhost`) that sends the bytes. huggingface_hub rea
 variables when it is imported, so `hf` sets them and reloads its `constants`, as a fresh
 process would read them. Test files use the fixtures with
 `from tests.fake_hf_hub import FakeHub, hf, hub  # noqa: F401`.
+
+`unreachable_url` and `load_in_a_fresh_process` stand for no network: a hub that refuses,
+does not resolve or drops packets, and a new process that counts its connection attempts.
 """
 
+import contextlib
 import hashlib
 import http.server
 import importlib
+import json
+import os
+import socket
+import subprocess
+import sys
 import threading
+import urllib.parse
 
 import pytest
 
@@ -133,3 +143,81 @@ def hf(tmp_path, hub, keras_cache):
         settings.set(HF_HOME=str(settings.home), HF_ENDPOINT=hub.url)
         yield settings
     reload_huggingface_hub_settings()
+
+
+UNREACHABLE = ("refused", "unresolvable", "silent")
+PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
+
+
+@contextlib.contextmanager
+def unreachable_url(kind):
+    """The URL of a host that cannot be reached, one of `UNREACHABLE`.
+
+    refused: a 127.0.0.1 port nothing listens on. unresolvable: `.invalid` never
+    resolves (RFC 2606), as any name without network. silent: a 127.0.0.1 port whose
+    accept queue is full, so that the kernel drops each new SYN, as a firewall does.
+    """
+    if kind == "unresolvable":
+        yield "http://nonexistent.invalid"
+        return
+    with contextlib.ExitStack() as stack:
+        listener = stack.enter_context(socket.socket())
+        listener.bind(("127.0.0.1", 0))
+        port = listener.getsockname()[1]
+        if kind == "refused":
+            listener.close()
+        else:
+            listener.listen(0)
+            for _ in range(3):  # more than the queue holds: the next SYN is dropped
+                filler = stack.enter_context(socket.socket())
+                filler.setblocking(False)
+                filler.connect_ex(("127.0.0.1", port))
+        yield f"http://127.0.0.1:{port}"
+
+
+LOAD = """
+import json, socket, sys, time
+
+host, attempts = sys.argv[1], []
+resolve = socket.getaddrinfo
+
+
+def counted(name, *args, **kwargs):  # every connection, huggingface_hub's and urllib's, resolves first
+    if name == host:
+        attempts.append(name)
+    return resolve(name, *args, **kwargs)
+
+
+socket.getaddrinfo = counted
+import keras_cait
+
+start = time.monotonic()
+try:
+    keras_cait.CaiT_XXS24(weights="imagenet")
+    error = None
+except Exception as raised:
+    error = raised
+print(json.dumps(dict(seconds=time.monotonic() - start, attempts=len(attempts),
+                      error=type(error).__name__, connection_error=isinstance(error, ConnectionError),
+                      message=str(error))))
+"""
+
+
+def load_in_a_fresh_process(url, home, **variables):
+    """Runs `CaiT_XXS24(weights="imagenet")` in a new process with empty caches under `home`.
+
+    `variables` (HF_ENDPOINT or KERAS_CAIT_HUB_URL) point it at `url`, whose host
+    name's resolutions (one per connection attempt) are counted. Returns the outcome:
+    seconds (the call, import not counted), attempts, error, connection_error, message.
+    """
+    env = {name: value for name, value in os.environ.items()
+           if name not in HF_VARIABLES and name.lower() not in PROXY_VARIABLES}
+    env.update(HF_HOME=os.path.join(home, "hf_home"), KERAS_HOME=os.path.join(home, "keras_home"),
+               TF_CPP_MIN_LOG_LEVEL="3", **variables)
+    try:
+        done = subprocess.run([sys.executable, "-c", LOAD, urllib.parse.urlsplit(url).hostname], env=env,
+                              capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"the load against {url} had not failed after 120 s") from None
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])

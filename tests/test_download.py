@@ -16,8 +16,9 @@ import threading
 import pytest
 
 import keras_cait
-from keras_cait.weights import DownloadError, download
+from keras_cait.weights import DownloadError, download, hf_cache
 from keras_cait.weights.registry import HUB_URL_ENV, TAG
+from tests.fake_hf_hub import UNREACHABLE, load_in_a_fresh_process, unreachable_url
 from tests.test_weights import Hub, cached_files, hub, hub_headers, logits  # noqa: F401  (hub: the fixture)
 
 ARCH = "cait_xxs24_384"
@@ -177,6 +178,23 @@ def test_network_failures_are_one_error_type_naming_the_url_and_the_fix(hub, tmp
             assert reason in message and f"{server}/{ARCH}.{TAG}" in message and ADVICE in message
     finally:
         stop.set()
+
+
+@pytest.mark.parametrize("kind", UNREACHABLE)
+def test_an_unreachable_mirror_fails_at_once_after_one_connection_attempt(tmp_path, kind):
+    """keras_cait's own downloader makes no retries: a name that does not resolve or a refused
+    connection fail at once; a host that drops packets within hf_cache.PROBE_SECONDS (urllib
+    alone waited TIMEOUT_SECONDS, 60 s)."""
+    with unreachable_url(kind) as url:
+        outcome = load_in_a_fresh_process(url, str(tmp_path), **{HUB_URL_ENV: url})
+
+    assert outcome["attempts"] == 1, outcome
+    assert outcome["seconds"] < 10 + (hf_cache.PROBE_SECONDS if kind == "silent" else 0), outcome
+    assert outcome["error"] == "DownloadError", outcome
+    assert outcome["message"].startswith(
+        f"Could not download the ImageNet weights of cait_xxs24_224 from {url}/cait_xxs24_224.{TAG}"
+    ), outcome
+    assert ADVICE in outcome["message"]
 
 
 @pytest.mark.parametrize("entry", ["another_variant", "a_folder"])

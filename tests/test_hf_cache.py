@@ -14,9 +14,12 @@ import numpy as np
 import pytest
 
 import keras_cait
-from keras_cait.weights import CHECKPOINTS
+from keras_cait.weights import CHECKPOINTS, hf_cache
 from keras_cait.weights.registry import HUB_URL_ENV, TAG
-from tests.fake_hf_hub import COMMIT, HF_VARIABLES, FakeHub, hf, hub, sha256  # noqa: F401  (fixtures)
+from tests.fake_hf_hub import (  # noqa: F401  (hf, hub: fixtures)
+    COMMIT, HF_VARIABLES, UNREACHABLE, FakeHub, hf, hub, load_in_a_fresh_process, sha256,
+    unreachable_url,
+)
 
 
 def logits(model, images):
@@ -105,8 +108,15 @@ def test_the_pinned_sha256_wins_over_the_blob_name(hf, hub, keras_cache, timm_re
     assert not os.path.exists(keras_cache) or os.listdir(keras_cache) == []
 
 
-def test_offline_with_nothing_cached_names_the_cache_and_sends_no_request(hf, hub, keras_cache):
+def no_probe(monkeypatch):
+    monkeypatch.setattr(hf_cache, "unreachable", lambda url: pytest.fail(f"probed {url}"))
+
+
+def test_offline_with_nothing_cached_names_the_cache_and_sends_no_request(
+    hf, hub, keras_cache, monkeypatch
+):
     hf.set(HF_HUB_OFFLINE="1")
+    no_probe(monkeypatch)
 
     with pytest.raises(ConnectionError, match="not in the Hugging Face cache") as error:
         keras_cait.CaiT_XXS24(weights="imagenet")
@@ -196,3 +206,64 @@ def test_a_cache_without_symlinks_is_verified_by_the_hubs_hash_or_refused_offlin
         assert f"the sha256 the hub sent (X-Linked-Etag) is {sha256(body)}" in str(error.value)
         assert [method for method, _, _ in hub.requests] == ["HEAD", "HEAD"], "no download"
     assert not os.path.exists(keras_cache) or os.listdir(keras_cache) == []
+
+
+@pytest.mark.parametrize("kind", UNREACHABLE)
+def test_an_unreachable_hub_fails_at_once_after_one_connection_attempt(tmp_path, kind):
+    """Nothing cached, no network: one connect tells, where huggingface_hub retried five times
+    (25 s when the name does not resolve or the connection is refused; 400 s when the host drops
+    packets)."""
+    with unreachable_url(kind) as url:
+        outcome = load_in_a_fresh_process(url, str(tmp_path), HF_ENDPOINT=url)
+
+    host = url.removeprefix("http://")
+    assert outcome["attempts"] == 1, outcome
+    assert outcome["seconds"] < 10 + (hf_cache.PROBE_SECONDS if kind == "silent" else 0), outcome
+    assert outcome["connection_error"], outcome
+    assert outcome["message"].startswith(
+        "The ImageNet weights of cait_xxs24_224 are not in the Hugging Face cache"
+    ), outcome
+    assert f"{url}/timm/cait_xxs24_224.{TAG} is unreachable" in outcome["message"]
+    assert host in outcome["message"].split(" is unreachable: ")[1]
+    assert "HF_HUB_OFFLINE=1" in outcome["message"]
+    assert "weights='/path/to/model.safetensors'" in outcome["message"]
+
+
+def test_a_cached_file_loads_without_network_and_without_a_probe(
+    hf, hub, keras_cache, timm_reference, monkeypatch
+):
+    """HF_HUB_OFFLINE not set, the hub gone: huggingface_hub's one failed request (no retry)
+    falls back to the cached file; keras_cait does not probe."""
+    import huggingface_hub
+
+    reference = timm_reference.model("cait_xxs24_384")
+    body = timm_reference.save(reference).read_bytes()
+    hub.serve("cait_xxs24_384", body)
+    huggingface_hub.hf_hub_download(f"timm/cait_xxs24_384.{TAG}", "model.safetensors")
+    hub.close()
+    no_probe(monkeypatch)
+
+    model = keras_cait.CaiT_XXS24(
+        weights="imagenet", input_shape=(384, 384, 3), classifier_activation=None
+    )
+
+    images = timm_reference.images(1, 384)
+    expected, _ = timm_reference.outputs(reference, images)
+    timm_reference.assert_matches(logits(model, images), expected, "logits")
+    assert len([request for request in hub.requests if request[0] == "GET"]) == 1, "the first download only"
+
+
+def test_the_probe_goes_to_the_proxy_that_carries_the_request(monkeypatch):
+    """Behind a proxy the hub's own address may be unreachable while the download works."""
+    for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    assert hf_cache.first_hop("https://huggingface.co") == ("huggingface.co", 443, False)
+    assert hf_cache.first_hop("http://127.0.0.1:8080/hf") == ("127.0.0.1", 8080, False)
+
+    monkeypatch.setenv("https_proxy", "http://proxy.example:3128")
+    assert hf_cache.first_hop("https://huggingface.co") == ("proxy.example", 3128, True)
+    assert hf_cache.first_hop("http://mirror.example") == ("mirror.example", 80, False)
+
+    monkeypatch.setenv("no_proxy", "huggingface.co")
+    assert hf_cache.first_hop("https://huggingface.co") == ("huggingface.co", 443, False)

@@ -10,6 +10,9 @@ Every download is bounded: it stops within one byte of the size the server
 declares (`X-Linked-Size`, else `Content-Length`), or of the variant's own
 float32 size + 1 % where it declares none; every read times out after
 `TIMEOUT_SECONDS` of silence; only http(s) URLs are opened, redirects included.
+One TCP connect to the hub first (`hf_cache.unreachable`) tells within
+`hf_cache.PROBE_SECONDS` that it cannot be reached, where urllib would wait
+`TIMEOUT_SECONDS` for a host that drops packets.
 Each failure is a `DownloadError` naming the URL and what to do. One process at
 a time fills a cache entry (a lock file beside it); the others wait and use its
 verified result.
@@ -81,6 +84,20 @@ def _http_only(arch, url, via=None):
             f"it at an http(s) mirror of {registry.HUB_URL}. " + _advice(arch)
         )
     return url
+
+
+def _reachable(arch, url):
+    """Raises DownloadError within `hf_cache.PROBE_SECONDS` where the host of `url` cannot be reached.
+
+    A name that does not resolve or a refused connection fail urllib at once
+    too; a host that drops packets would hold it `TIMEOUT_SECONDS`.
+    """
+    why = hf_cache.unreachable(_http_only(arch, url))
+    if why:
+        raise DownloadError(
+            f"Could not download the ImageNet weights of {arch} from {url}: {why}; nothing was "
+            f"downloaded or cached. Try again later. " + _advice(arch)
+        )
 
 
 class _KeepRedirects(urllib.request.HTTPRedirectHandler):
@@ -195,10 +212,12 @@ def download(arch, destination, max_bytes=None):
 
     Raises:
         DownloadError: naming the URL and what to do, for every network error,
-            a non-http(s) URL or redirect, a silent server (`TIMEOUT_SECONDS`),
+            a host that cannot be reached (`hf_cache.PROBE_SECONDS`), a
+            non-http(s) URL or redirect, a silent server (`TIMEOUT_SECONDS`),
             a body longer or shorter than declared, or a wrong sha256.
     """
     url = registry.checkpoint_url(arch)
+    _reachable(arch, url)
     try:
         response, hub_headers = _first_response(arch, url)
         with response:

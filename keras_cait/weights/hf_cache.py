@@ -16,6 +16,11 @@ removed from the cache (with its snapshot link) and refused, so that neither
 keras_cait nor timm loads it again. The key set and shapes are checked next,
 by the conversion (`download.imagenet_weights`).
 
+A file not cached is asked for only once the hub answers one TCP connect
+(`unreachable`): without network huggingface_hub would retry its request five
+times (25 s, minutes against a host that drops packets) before failing. A
+cached file, or HF_HUB_OFFLINE=1, makes no connection for it.
+
 Setting `KERAS_CAIT_HUB_URL` (a plain file mirror) keeps keras_cait's own
 downloader (`download.download`), as does an environment without
 huggingface_hub.
@@ -24,12 +29,19 @@ huggingface_hub.
 import hashlib
 import os
 import re
+import socket
+import time
+import urllib.parse
+import urllib.request
 
 from keras_cait.weights import registry
 
 FILENAME = "model.safetensors"
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _CHUNK = 1 << 20
+# Seconds the one TCP connect of `unreachable` may take (resolving the name not counted):
+# time for a SYN lost twice (resent after 1 s and 3 s) to be answered.
+PROBE_SECONDS = 5
 
 
 def huggingface_hub_or_none():
@@ -41,6 +53,54 @@ def huggingface_hub_or_none():
     except ImportError:
         return None
     return huggingface_hub
+
+
+def first_hop(url):
+    """(host, port, through a proxy) a request for `url` connects to: its proxy, else its host.
+
+    The proxy is the one urllib and huggingface_hub's httpx both take from
+    http_proxy / https_proxy / all_proxy unless no_proxy exempts the host: a
+    host reached only through a proxy is not unreachable.
+    """
+    parts = urllib.parse.urlsplit(url)
+    proxies = urllib.request.getproxies()
+    proxy = proxies.get(parts.scheme) or proxies.get("all")
+    proxied = bool(proxy) and not urllib.request.proxy_bypass(parts.hostname or "")
+    if proxied:
+        parts = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+    return parts.hostname, parts.port or (443 if parts.scheme == "https" else 80), proxied
+
+
+def unreachable(url, seconds=PROBE_SECONDS):
+    """Why no TCP connection to `url`'s host (or its proxy) opens, as text; None when one does.
+
+    One connect, closed at once, finds out what a download would take its
+    retries to learn: a name that does not resolve, a refused connection or no
+    route fail at once, a host that drops packets within `seconds` (every
+    address of the name is tried within that one deadline).
+    """
+    host, port, proxied = first_hop(url)
+    where = f"{'the proxy ' if proxied else ''}{host}:{port}"
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as error:
+        return f"cannot resolve {where} ({type(error).__name__}: {error})"
+    deadline = time.monotonic() + seconds
+    failure = None
+    for family, kind, protocol, _, address in addresses:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        try:
+            with socket.socket(family, kind, protocol) as connection:
+                connection.settimeout(left)
+                connection.connect(address)
+            return None
+        except OSError as error:
+            failure = error
+    if failure is None or isinstance(failure, TimeoutError):
+        return f"no answer from {where} within {seconds} s"
+    return f"cannot connect to {where} ({type(failure).__name__}: {failure})"
 
 
 def repo_id(arch):
@@ -127,26 +187,66 @@ def verify(huggingface_hub, arch, snapshot_path):
         )
 
 
+def _own_http_client():
+    """Whether huggingface_hub makes its requests with its default client.
+
+    One the user set (`set_client_factory`: a proxy of its own, say) may reach
+    the hub by a route `first_hop` does not know, so the hub is not probed then.
+    """
+    try:
+        from huggingface_hub.utils import _http
+    except ImportError:
+        return True
+    factory = getattr(_http, "_GLOBAL_CLIENT_FACTORY", None)
+    return factory is None or factory is getattr(_http, "default_client_factory", None)
+
+
+def _unreachable_hub(huggingface_hub, arch):
+    """Why the hub cannot be reached (`unreachable`), probed only where a download is due.
+
+    None, without a connection, where huggingface_hub would send no request
+    (HF_HUB_OFFLINE=1) or needs no answer (the file is cached: it falls back to
+    it after one failed request, without retries), or where a client of the
+    user's own may route otherwise.
+    """
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE or not _own_http_client():
+        return None
+    if isinstance(huggingface_hub.try_to_load_from_cache(repo_id(arch), FILENAME), str):
+        return None
+    return unreachable(constants.ENDPOINT)
+
+
+def _not_cached(arch, cache, reason):
+    return ConnectionError(
+        f"The ImageNet weights of {arch} are not in the Hugging Face cache ({cache}) and "
+        f"{reason}. Download them where there is network (timm.create_model('{arch}', "
+        f"pretrained=True) fills the same cache; HF_HUB_OFFLINE=1 then reads it with no network), "
+        f"or pass the file's path: weights='/path/to/model.safetensors' (or the official "
+        f"{registry.official_pth(arch)})."
+    )
+
+
 def checkpoint(huggingface_hub, arch):
     """(path, description) of `arch`'s verified model.safetensors in the Hugging Face cache.
 
-    Downloads it through huggingface_hub unless it is cached already.
+    Downloads it through huggingface_hub unless it is cached already, once one
+    connect found the hub reachable.
     """
     from huggingface_hub import constants, errors
 
     where = f"{constants.ENDPOINT}/{repo_id(arch)}"
     cache = constants.HF_HUB_CACHE
+    why = _unreachable_hub(huggingface_hub, arch)
+    if why:
+        raise _not_cached(arch, cache, f"{where} is unreachable: {why}")
     try:
         path = huggingface_hub.hf_hub_download(repo_id(arch), FILENAME)
     except errors.LocalEntryNotFoundError as error:
         reason = ("HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE
                   else f"{where} is unreachable")
-        raise ConnectionError(
-            f"The ImageNet weights of {arch} are not in the Hugging Face cache ({cache}) and "
-            f"{reason}. Download them where there is network (timm.create_model('{arch}', "
-            f"pretrained=True) fills the same cache), or pass the file's path: "
-            f"weights='/path/to/model.safetensors' (or the official {registry.official_pth(arch)})."
-        ) from error
+        raise _not_cached(arch, cache, reason) from error
     except errors.HfHubHTTPError as error:
         raise ConnectionError(
             f"The Hugging Face hub at {where} refused the ImageNet weights of {arch} ({error}). "
