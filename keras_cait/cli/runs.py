@@ -24,6 +24,7 @@ from keras_cait.cli.errors import (
     check_writable_folder,
     fail,
     load_keras_model,
+    named_bad_images,
     reported,
     usage,
     user_input,
@@ -530,7 +531,9 @@ def _train(model, args, train, validation, distribution, epochs, output_dir, bac
             shuffle_buffer=args.shuffle_buffer, cache=args.cache,
         )
 
-    with user_input(None, resume.BackupError):  # a rerun with other flags, a damaged backup
+    validation_flag = f"--val-data {args.val_data}" if args.val_data else f"--data {args.data}"
+    with user_input(None, resume.BackupError), named_bad_images(  # a damaged backup; bad images
+            f"--data {args.data}", train, (validation_flag, lambda: _sources(args)[1])):
         history = resume.fit(
             model, stream_from, epochs, steps, backup=backup, callbacks=callbacks,
             validation_data=validation, verbose=args.verbose,
@@ -856,7 +859,8 @@ def evaluate_run(args):
     # Keras evaluates a loss in any case; only the accuracies are reported.
     model.compile(loss="sparse_categorical_crossentropy", metrics=metrics, jit_compile=False)
     dataset = stream.evaluation_dataset(source, args.image_size, args.batch_size, args.crop_pct)
-    results = model.evaluate(dataset, return_dict=True, verbose=1)
+    with named_bad_images(f"--data {args.data}", source):
+        results = model.evaluate(dataset, return_dict=True, verbose=1)
     report = {name: float(value) for name, value in results.items() if name != "loss"}
     report["images"] = source.num_examples
     print(json.dumps(report))

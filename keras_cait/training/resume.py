@@ -328,7 +328,8 @@ def fit(
         start = backup.restore(model)
     epoch, batch = divmod(start, steps_per_epoch)
     history = None
-    common = dict(validation_data=validation_data, verbose=verbose)
+    # The stream is shuffled already (Keras warns that it ignores shuffle=True on a dataset).
+    common = dict(validation_data=validation_data, verbose=verbose, shuffle=False)
     if batch:
         history = model.fit(
             stream_from(start),

@@ -71,3 +71,100 @@ def test_split_is_disjoint_and_repeatable(folder):
     assert (len(names[0]), len(names[1])) == (80, 20)
     assert not names[0] & names[1]
     assert names[1] == {p.numpy() for p, _ in sources.split(source, 0.2, seed=3)[1].examples}
+
+
+def test_an_empty_class_folder_is_refused_by_name(tmp_path, digits):
+    folder = digits(tmp_path / "photos", per_class=2, size=8, classes=range(2))
+    os.mkdir(os.path.join(folder, "dog"))
+    (tmp_path / "photos" / "fish").mkdir()
+    (tmp_path / "photos" / "fish" / "notes.txt").write_text("no image here")
+    with pytest.raises(ValueError) as refused:
+        sources.image_folder(folder)
+    dog, fish = os.path.join(folder, "dog"), os.path.join(folder, "fish")
+    assert str(refused.value) == (
+        f"The class folders {dog!r}, {fish!r} hold no images (.jpg, .jpeg, .png, .bmp, .gif files); "
+        "add images to them, or remove those folders.")
+    os.rmdir(dog)
+    with pytest.raises(ValueError, match=f"^The class folder {fish!r} holds no images .*; add images to it, "
+                                         "or remove the folder.$"):
+        sources.image_folder(folder)
+
+
+def test_hidden_folders_are_neither_classes_nor_searched(tmp_path, digits):
+    folder = digits(tmp_path / "photos", per_class=2, size=8, classes=range(2))
+    (tmp_path / "photos" / ".ipynb_checkpoints").mkdir()  # empty, and hidden: not refused
+    (tmp_path / "photos" / ".cache" / "x").mkdir(parents=True)
+    Image.new("RGB", (4, 4)).save(tmp_path / "photos" / ".cache" / "x" / "1.png")
+    (tmp_path / "photos" / "0" / ".thumbnails").mkdir()
+    Image.new("RGB", (4, 4)).save(tmp_path / "photos" / "0" / ".thumbnails" / "1.png")
+    source = sources.image_folder(folder)
+    assert source.class_names == ["0", "1"] and source.num_examples == 4
+    assert not any("/." in path.numpy().decode() for path, _ in source.examples)
+
+
+def _text_as_jpeg(path):
+    path.write_text("This is not an image, whatever its name says.\n")
+
+
+def _truncated_jpeg(path):
+    Image.new("RGB", (64, 48), (200, 30, 60)).save(path, format="JPEG", quality=90)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def test_a_folder_that_decodes_has_no_undecodable_images(tmp_path, digits):
+    folder = digits(tmp_path / "photos", per_class=3, size=8, classes=range(3))
+    Image.new("RGB", (8, 8)).save(tmp_path / "photos" / "1" / "photo.jpg")
+    Image.new("RGB", (8, 8)).save(tmp_path / "photos" / "2" / "photo.gif")
+    Image.new("RGB", (8, 8)).save(tmp_path / "photos" / "2" / "photo.bmp")
+    assert sources.find_undecodable(sources.image_folder(folder)) == []
+
+
+def test_a_text_file_named_jpg_is_found_by_its_first_bytes(tmp_path, digits, monkeypatch):
+    folder = digits(tmp_path / "photos", per_class=3, size=8, classes=range(3))
+    _text_as_jpeg(tmp_path / "photos" / "1" / "broken.jpg")
+    (tmp_path / "photos" / "2" / "empty.png").write_bytes(b"")
+    # The first pass finds them: no image is decoded.
+    monkeypatch.setattr(sources, "_decode_pass", lambda *args: pytest.fail("decoded every image"))
+    assert sources.find_undecodable(sources.image_folder(folder)) == [
+        sources.Undecodable(os.path.join(folder, "1", "broken.jpg"), "not an image file"),
+        sources.Undecodable(os.path.join(folder, "2", "empty.png"), "an empty file"),
+    ]
+
+
+def test_a_truncated_jpeg_is_found_by_decoding(tmp_path, digits):
+    folder = digits(tmp_path / "photos", per_class=3, size=8, classes=range(3))
+    for name in ("0/cut.jpg", "2/cut.jpeg"):
+        _truncated_jpeg(tmp_path / "photos" / name)
+    source = sources.image_folder(folder)
+    assert sources.find_undecodable(source, passes=("headers",)) == []  # their headers are a JPEG's
+    found = sources.find_undecodable(source)
+    assert [bad.name for bad in found] == [os.path.join(folder, "0", "cut.jpg"),
+                                           os.path.join(folder, "2", "cut.jpeg")]
+    assert all(bad.reason == "invalid JPEG data (a truncated or damaged file)" for bad in found)
+    assert len(sources.find_undecodable(source, limit=1)) == 1
+
+
+def test_undecodable_images_of_a_split_and_of_tfrecords(tmp_path, digits):
+    folder = digits(tmp_path / "photos", per_class=4, size=8, classes=range(2))
+    _truncated_jpeg(tmp_path / "photos" / "1" / "cut.jpg")
+    source = sources.image_folder(folder)
+    parts = sources.split(source, 0.5, seed=0)
+    found = [bad.name for part in parts for bad in sources.find_undecodable(part)]
+    assert found == [os.path.join(folder, "1", "cut.jpg")]
+    records = sources.tfrecords(sources.write_tfrecords(source, str(tmp_path / "digits")), source.class_names)
+    index = [path.numpy().decode() for path, _ in source.examples].index(found[0])
+    assert sources.find_undecodable(records) == [
+        sources.Undecodable(f"record {index}", "invalid JPEG data (a truncated or damaged file)")]
+
+
+def test_an_image_over_the_pixel_limit_is_found_with_its_size(tmp_path, digits, monkeypatch):
+    from keras_cait import evaluation_transform
+
+    folder = digits(tmp_path / "photos", per_class=2, size=8, classes=range(2))
+    Image.new("RGB", (40, 30)).save(tmp_path / "photos" / "0" / "large.png")
+    monkeypatch.setattr(evaluation_transform, "MAX_PIXELS", 1000)
+    monkeypatch.setattr(sources, "MAX_PIXELS", 1000)
+    assert sources.find_undecodable(sources.image_folder(folder)) == [sources.Undecodable(
+        os.path.join(folder, "0", "large.png"),
+        "30x40 pixels, more than the 1,000 that are decoded (PIL's decompression-bomb limit)")]
