@@ -73,7 +73,7 @@ def protocol_channel():
     return channel
 
 
-def serve(channel, run, inputs, ceiling=False, outputs=True, warmups=2, started=None, pipeline=None):
+def serve(channel, run, inputs, ceiling=False, outputs=True, warmups=2, started=None, pipeline=None, levers=None):
     """Warms `run` up on every batch, reports ready, then times it on each request.
 
     Args:
@@ -89,6 +89,10 @@ def serve(channel, run, inputs, ceiling=False, outputs=True, warmups=2, started=
             then counts the batches of the turn (all of them over the turn's time,
             not the median batch: a pipeline's batches come in bursts) and drops
             it, so that no pipeline works ahead while another worker is timed.
+        levers: `levers() -> dict`, what the worker observes of its speed levers
+            once warmed up (the dtype it computes in, what XLA compiled); sent
+            as "levers" in the ready message, so that a lever whose flag did not
+            apply shows instead of being timed as the path without it.
     """
     start = time.perf_counter() if started is None else started
     results = {}
@@ -102,6 +106,8 @@ def serve(channel, run, inputs, ceiling=False, outputs=True, warmups=2, started=
     ready = {"load_seconds": time.perf_counter() - start, "peak_memory_mb": peak_memory_mb()}
     if outputs and not ceiling:
         ready["outputs"] = {batch: results[batch].tolist() for batch in inputs}
+    if levers is not None:
+        ready["levers"] = levers()
     channel.write(json.dumps(ready) + "\n")
     for line in sys.stdin:
         request = json.loads(line)

@@ -2,7 +2,7 @@
 
     python scripts/benchmark_hf_cache.py --rounds 3
 
-A fake Hugging Face hub on 127.0.0.1 (tests/fake_hf_hub.py) serves a random
+A fake Hugging Face hub on 127.0.0.1 (tests/weights/fake_hf_hub.py) serves a random
 cait_s24_224 checkpoint in timm's format (188 MB, as the real one). Each
 measurement is a fresh process that imports keras_cait (not timed) and then
 times `CaiT_S24(weights="imagenet")` plus one `predict` of a 224×224 image:
@@ -45,7 +45,7 @@ def main():
     import timm  # noqa: F401  before TensorFlow
 
     from tests.conftest import TimmReference
-    from tests.fake_hf_hub import FakeHub
+    from tests.weights.fake_hf_hub import FakeHub
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)

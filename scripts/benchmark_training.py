@@ -31,7 +31,8 @@ runs) on TensorFlow, TensorFlow + XLA and JAX, each in float32 and
 `torch.autocast(bfloat16)`; and two levers, `mixed_bfloat16` with a bfloat16 residual
 stream and JAX with XLA:CPU's instruction fusion off. It reports images/s, the ratio to timm eager (median
 of per-round ratios), GFLOP/s (3 × forward) against the fp32 matmul ceiling, and
-each worker's peak memory. Training workers hold GBs of activations, so at most
+each worker's peak memory, and what each worker observed of its levers (`levers`: the dtype
+its step computed in, what XLA compiled). Training workers hold GBs of activations, so at most
 `--alive` paths (timm eager among them, the reference of every group) are
 loaded at once; each group is timed in its own rounds:
 
@@ -154,7 +155,9 @@ def timm_training_step(config, classes, architecture, image_size, batch_size, de
 
     def step():
         with torch.autocast(device, dtype=torch.bfloat16, enabled=bfloat16):
-            loss = criterion(step_model(images), labels)
+            logits = step_model(images)
+            loss = criterion(logits, labels)
+        step.logits_dtype = str(logits.dtype).removeprefix("torch.")  # what autocast made of the step
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -306,12 +309,13 @@ def _half_residual_stream():
 
 
 def cpu_training_step(path, config, classes, architecture, image_size, batch_size):
-    """`run(_) -> loss` of one training step of `path` on a fixed random batch."""
+    """(`run(_) -> loss` of one training step of `path` on a fixed random batch, `levers() -> dict`
+    of what the step observably ran with, read once it has run)."""
     framework, backend, compiled, bfloat16 = CPU_PATHS[path]
     if framework == "timm":
         _, step = timm_training_step(config, classes, architecture, image_size, batch_size, "cpu",
                                      compiled, bfloat16)
-        return lambda _: step().detach().float().numpy()
+        return lambda _: step().detach().float().numpy(), lambda: timm_levers(step)
     import numpy as np
 
     if path.endswith("-half-stream"):
@@ -321,7 +325,69 @@ def cpu_training_step(path, config, classes, architecture, image_size, batch_siz
     rng = np.random.default_rng(0)
     images = rng.integers(0, 256, (batch_size, image_size, image_size, 3)).astype("float32")
     labels = np.eye(classes, dtype="float32")[rng.integers(0, classes, batch_size)]
-    return lambda _: np.asarray(model.train_on_batch(images, labels), "float32")
+    return lambda _: np.asarray(model.train_on_batch(images, labels), "float32"), lambda: keras_levers(model)
+
+
+# === What a worker observes of its levers: a flag that did not apply shows here, not as a slow path ===
+
+
+def keras_levers(model):
+    """The dtypes a block of `model` computes in (its MLP's hidden layer) and keeps its residual stream
+    in, and what XLA did: on JAX the largest fusion XLA:CPU makes in this process, on TensorFlow the
+    training-step functions marked for XLA compilation."""
+    import keras
+
+    block = model.get_layer("self_attention_block_0")
+    tokens = keras.ops.zeros((1, 4, block.attention_norm.gamma.shape[0]))
+    hidden = block.mlp_dense_1(block.mlp_norm(tokens))
+    levers = {
+        "compute_dtype": keras.backend.standardize_dtype(hidden.dtype),
+        "residual_stream": keras.backend.standardize_dtype(block(tokens, training=False).dtype),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+    }
+    if keras.backend.backend() == "jax":
+        levers["largest_xla_fusion"] = largest_xla_fusion()
+    else:
+        levers["xla_compiled_steps"] = len([name for name in xla_compiled_functions() if "one_step_on_data" in name])
+    return levers
+
+
+def largest_xla_fusion():
+    """Instructions in the largest fused computation of an elementwise chain (tanh, ×, +) that JAX
+    compiles in this process: several with XLA:CPU's fusion pass, 1 with `--xla_disable_hlo_passes=fusion`
+    (each op then sits alone in its own kernel). XLA reads XLA_FLAGS once per process, so this is
+    what the training step's compilation got too."""
+    import jax
+    import jax.numpy as jnp
+
+    text = jax.jit(lambda x: jnp.tanh(x) * 2.0 + 1.0).lower(jnp.ones((64,), "float32")).compile().as_text()
+    sizes, current = {}, None
+    for line in text.split("\n"):
+        if line.startswith("%") and line.rstrip().endswith("{"):  # a computation a fusion calls
+            current = line.split()[0]
+            sizes[current] = 0
+        elif not line.startswith("  "):
+            current = None
+        elif current and " parameter(" not in line:
+            sizes[current] += 1
+    return max(sizes.values(), default=0)
+
+
+def xla_compiled_functions():
+    """The functions TensorFlow holds in this process that its runtime must compile with XLA."""
+    from tensorflow.python.eager import context
+
+    runtime = context.context()
+    return sorted(name for name in runtime.list_function_names()
+                  if runtime.get_function_def(name).attr["_XlaMustCompile"].b)
+
+
+def timm_levers(step):
+    """The dtype of the logits in timm's step (bfloat16 under autocast) and the graphs torch.compile made."""
+    import torch
+
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"] if hasattr(torch, "_dynamo") else 0
+    return {"logits_dtype": step.logits_dtype, "compiled_graphs": graphs}
 
 
 def cpu_worker(args):
@@ -331,8 +397,8 @@ def cpu_worker(args):
     if args.worker == CEILING:
         return bench_harness.serve(channel, bench_harness.matmul_ceiling(), {}, ceiling=True, started=start)
     config, classes, architecture = _config(args)
-    run = cpu_training_step(args.worker, config, classes, architecture, args.image_size, args.batch_size)
-    bench_harness.serve(channel, run, {args.batch_size: None}, started=start)
+    run, levers = cpu_training_step(args.worker, config, classes, architecture, args.image_size, args.batch_size)
+    bench_harness.serve(channel, run, {args.batch_size: None}, started=start, levers=levers)
 
 
 def measure_cpu(args, logs):
@@ -355,10 +421,12 @@ def measure_cpu(args, logs):
         load_all(steady, model)
         samples, ceilings, memory = {}, [], {}
         losses = {CPU_REFERENCE: steady[CPU_REFERENCE].ready["outputs"][str(args.batch_size)]}
+        levers = {CPU_REFERENCE: steady[CPU_REFERENCE].ready["levers"]}
         for group in groups:
             workers = {path: start(path) for path in group}
             load_all(workers, model)
             losses.update({path: worker.ready["outputs"][str(args.batch_size)] for path, worker in workers.items()})
+            levers.update({path: worker.ready["levers"] for path, worker in workers.items()})
             speeds, group_ceilings, group_memory = timed_rounds(
                 {**steady, **workers}, [CPU_REFERENCE, *group], [args.batch_size], args.rounds, args.seconds,
                 model)
@@ -385,7 +453,7 @@ def measure_cpu(args, logs):
                 image_size=args.image_size, images_per_second=images_per_second, rounds=speeds_,
                 ratio_to_timm_eager=ratio, train_gflops=gflops, ceiling_gflops=ceiling,
                 fraction_of_ceiling=gflops / ceiling, peak_memory_mb=memory[path], loss=losses[path],
-                forward_gflops_per_image=flops / 1e9,
+                forward_gflops_per_image=flops / 1e9, levers=levers[path],
             ))
     return rows
 

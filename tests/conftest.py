@@ -1,3 +1,4 @@
+import functools
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -134,6 +135,20 @@ class TimmReference:
         assert scale > 0, f"{what}: the reference is all zeros, the comparison would prove nothing"
         print(f"{what}: max |Δ| / max |reference| = {error / scale:.1e}")
         assert error <= 1e-4 * scale, f"{what}: max |Δ| {error:.3g} > 1e-4 × max |reference| {scale:.3g}"
+
+
+@pytest.fixture(scope="session")
+def timm_checkpoint(tmp_path_factory):
+    """`timm_checkpoint(arch)`: (a random timm model, its safetensors bytes), built once per
+    session and arch, for the download tests, which serve the same checkpoint many times."""
+    reference = TimmReference(tmp_path_factory.mktemp("checkpoints"))
+
+    @functools.cache
+    def build(arch):
+        model = reference.model(arch)
+        return model, reference.save(model, f"{arch}.safetensors").read_bytes()
+
+    return build
 
 
 @pytest.fixture

@@ -113,6 +113,7 @@ class TestBlocksUnderFunctionalCalls:
 
 
 class TestAttentionMaps:
+    @pytest.mark.large
     def test_class_attention_maps_equal_a_numpy_recomputation(self, model, images):
         class_blocks = blocks_of(model, ClassAttentionBlock)
         maps = attention_maps(model, images)
@@ -154,6 +155,7 @@ class TestAttentionMaps:
         moved_scores = before.self_attention[0][:, :, source[:, None], source[None, :]]
         np.testing.assert_allclose(moved_scores, after.self_attention[0], rtol=1e-4, atol=1e-6)
 
+    @pytest.mark.large
     def test_maps_change_with_the_image_and_each_image_is_independent(self, model, images):
         together = attention_maps(model, images)
         alone = [attention_maps(model, images[i : i + 1]) for i in range(len(images))]
@@ -190,6 +192,7 @@ class TestAttentionMaps:
         assert (len(model.layers), len(model.outputs)) == (layers, outputs)
         np.testing.assert_array_equal(model.predict(images, verbose=0), predictions)
 
+    @pytest.mark.large
     def test_maps_use_the_models_current_weights_not_a_copy(self, images):
         model = small_cait(seed=7)
         before = attention_maps(model, images)
@@ -207,6 +210,7 @@ class TestAttentionMaps:
             rtol=1e-4, atol=1e-6,
         )
 
+    @pytest.mark.large
     def test_the_attention_model_is_cached_and_freed_with_the_model(self, images):
         model = small_cait(seed=9)
         attention_maps(model, images)
@@ -229,6 +233,7 @@ class TestAttentionMaps:
         assert [m.shape for m in maps.class_attention] == [(len(images), HEADS) + GRID] * 2
         assert maps.self_attention[1].shape == (len(images), HEADS, 24, 24)
 
+    @pytest.mark.large
     def test_a_backbone_inside_another_model_is_found(self, model, images):
         backbone = small_cait(seed=11, include_top=False, pooling="token")
         classifier = keras.Sequential([keras.Input(INPUT_SHAPE), backbone, keras.layers.Dense(3)])
@@ -268,6 +273,7 @@ np.savez(sys.argv[4], *maps.class_attention, maps.self_attention[-1])
 """
 
 
+@pytest.mark.large
 def test_the_jax_backend_gives_the_same_maps(tmp_path, model, images):
     args = dict(embed_dim=32, depth=2, num_heads=HEADS, init_values=0.5, patch_size=PATCH,
                 input_shape=INPUT_SHAPE, classes=10)

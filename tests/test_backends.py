@@ -61,6 +61,7 @@ def reference(tmp_path_factory, tiny_cait):
     )
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_model_runs_and_trains_on_backend(backend, reference):
     out = str(reference["directory"] / f"{backend}.npz")

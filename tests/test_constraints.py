@@ -32,3 +32,16 @@ def test_every_requirement_of_the_test_install_is_pinned_exactly():
             pins[canonical(name)] = version
     missing = setup_requirements() - set(pins)
     assert not missing, f"constraints.txt lacks {sorted(missing)}: regenerate it with pip freeze"
+
+
+def test_every_requirement_of_the_test_install_is_installed():
+    """The suite imports what the [test] extra installs: a missing one is this error, never a skip."""
+    import importlib.metadata
+
+    missing = []
+    for name in sorted(setup_requirements()):
+        try:
+            importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(name)
+    assert not missing, f'not installed: {missing}; pip install -e ".[test]" -c constraints.txt'

@@ -116,6 +116,7 @@ def test_missing_weights_file_names_the_path(offline, tmp_path):
         keras_cait.CaiT_XXS24(weights=path)
 
 
+@pytest.mark.large
 def test_imagenet_without_network_names_the_url_and_how_to_pass_a_local_file(keras_cache, monkeypatch):
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))

@@ -33,6 +33,7 @@ def pair(timm_reference, tiny_cait):
     return reference, model, timm_reference.images(2, 48, 64).astype("float32")
 
 
+@pytest.mark.large
 @pytest.mark.parametrize(
     "indices, norm, output_format",
     [
@@ -76,6 +77,7 @@ def test_feature_extractor_shares_the_models_layers_and_stops_at_the_last_block_
     assert not np.allclose(keras.ops.convert_to_numpy(extractor(images)), before)
 
 
+@pytest.mark.large
 def test_feature_extractor_exports_as_a_saved_model(pair, tmp_path):
     import tensorflow as tf
 

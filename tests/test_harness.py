@@ -43,12 +43,14 @@ LAYERS = {
 }
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("name", list(LAYERS))
 def test_layer(name, tmp_path):
     layer_class, init_kwargs, data, call_kwargs = LAYERS[name]
     run_layer_test(layer_class, init_kwargs, data, tmp_path, call_kwargs=call_kwargs)
 
 
+@pytest.mark.large
 def test_model(tiny_cait, tmp_path):
     images = RNG.uniform(0, 255, size=(2, TINY_SIZE, TINY_SIZE, 3)).astype("float32")
     outputs = run_model_test(lambda: tiny_cait(drop_path_rate=0.1), images, tmp_path, atol=1e-5)

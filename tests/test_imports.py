@@ -36,6 +36,7 @@ def test_import_keras_cait_loads_only_inference():
     assert {"keras_hub", "keras_cait.hub"}.isdisjoint(modules)
 
 
+@pytest.mark.large
 def test_training_and_the_exporters_load_on_first_use():
     modules = loaded_modules("import keras_cait\nkeras_cait.training.adamw\nkeras_cait.export_onnx", "tensorflow")
     assert {"keras_cait.training", "keras_cait.training.optimizer", "keras_cait.export"} <= modules

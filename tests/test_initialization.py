@@ -17,9 +17,10 @@ import pytest
 import keras_cait
 from keras_cait.weights.convert import timm_key_map
 
-timm = pytest.importorskip("timm")
-torch = pytest.importorskip("torch")
-stats = pytest.importorskip("scipy.stats")
+# timm, torch and scipy (scikit-learn's) come with the [test] extra: missing is an error, not a skip.
+import timm
+import torch
+from scipy import stats
 
 BLOCK = r"(blocks|blocks_token_only)"
 KINDS = [
@@ -65,6 +66,7 @@ def pooled():
     return {k: (np.concatenate(o), np.concatenate(t)) for k, (o, t) in pooled.items()}
 
 
+@pytest.mark.large
 def test_every_kind_of_parameter_is_compared(pooled):
     assert sorted(pooled) == sorted(KINDS)
 

@@ -1,6 +1,7 @@
 """The functional model: its outputs, arguments, serialisation and the reference's constants."""
 
 import keras
+import ml_dtypes
 import numpy as np
 import pytest
 from scipy.special import erf
@@ -39,6 +40,7 @@ def test_is_a_functional_model_with_an_images_input():
     assert len(blocks) == 24 and len(class_blocks) == 2
 
 
+@pytest.mark.large
 def test_constants_of_the_reference():
     model = keras_cait.CaiT_S36(weights=None, drop_path_rate=0.2)
     norms = [layer for layer in model._flatten_layers() if isinstance(layer, keras.layers.LayerNormalization)]
@@ -67,6 +69,47 @@ def test_mlp_uses_the_exact_erf_gelu(random_cait):
     assert not np.allclose(output, tanh_form, rtol=1e-5, atol=1e-5)  # the two forms are told apart
 
 
+@pytest.mark.parametrize("precision, half", [("mixed_bfloat16", ml_dtypes.bfloat16), ("mixed_float16", np.float16)])
+def test_gelu_is_computed_in_float32_and_rounded_once_under_a_mixed_policy(random_cait, policy, monkeypatch,
+                                                                          precision, half):
+    """README: GELU is computed in float32 and rounded once to the half dtype, as PyTorch's half GELU.
+
+    The reference: the exact erf GELU (float64) of the half-rounded fc1 output, rounded once to the
+    half dtype. Wherever a float32 error of a few ulps cannot move that rounding (nearly every
+    element), what fc2 receives must be it; the same GELU computed in the half dtype rounds each
+    of its steps and differs on these inputs.
+    """
+    policy(precision)
+    block = random_cait().get_layer("self_attention_block_0")
+    numpy = keras.ops.convert_to_numpy
+    x = np.linspace(-4, 4, 9 * WIDTH, dtype="float32").reshape(1, 9, WIDTH)
+    received = []
+    fc2 = block.mlp_dense_2.call
+    monkeypatch.setattr(block.mlp_dense_2, "call",
+                        lambda hidden, *args, **kwargs: received.append(hidden) or fc2(hidden, *args, **kwargs))
+    block._mlp_residual(x, training=False)
+    (hidden,) = received
+    fc1 = block.mlp_dense_1(block.mlp_norm(x))
+    assert keras.backend.standardize_dtype(fc1.dtype) == keras.backend.standardize_dtype(hidden.dtype) == \
+        np.dtype(half).name
+
+    pre = numpy(fc1).astype("float64")
+    exact = 0.5 * pre * (1 + erf(pre / np.sqrt(2)))
+    reference = exact.astype(half)
+    # Elements whose rounding to the half dtype a relative error of 2^-20 (float32's is ~2^-23 per
+    # step) cannot change: there float32-then-round equals the reference exactly.
+    settled = (exact * (1 - 2.0**-20)).astype(half) == (exact * (1 + 2.0**-20)).astype(half)
+    assert settled.mean() > 0.95
+    got = numpy(hidden)
+    np.testing.assert_array_equal(got[settled], reference[settled])
+    assert np.all((got == (exact * (1 - 2.0**-20)).astype(half)) | (got == (exact * (1 + 2.0**-20)).astype(half)))
+
+    in_half = numpy(keras.ops.gelu(fc1, approximate=False))  # the same GELU, each step in the half dtype
+    differs = (in_half != reference) & settled
+    assert differs.mean() > 0.05, differs.mean()  # the two are told apart on these inputs
+
+
+@pytest.mark.large
 def test_class_attention_stage_leaves_the_patches_unchanged(random_cait):
     model = random_cait(include_top=False)
     images = _images()
@@ -78,6 +121,7 @@ def test_class_attention_stage_leaves_the_patches_unchanged(random_cait):
     np.testing.assert_allclose(tokens[:, 1:], expected_patches, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.large
 def test_pooling_modes_agree_with_the_token_sequence(tiny_cait, random_cait):
     full = random_cait(include_top=False)
     weights = full.get_weights()
@@ -91,6 +135,7 @@ def test_pooling_modes_agree_with_the_token_sequence(tiny_cait, random_cait):
     np.testing.assert_allclose(avg.predict(images, verbose=0), tokens[:, 1:].mean(1), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.large
 def test_head_on_the_class_token_with_softmax_or_logits(tiny_cait, random_cait):
     logits_model = random_cait(classifier_activation=None, classes=7)
     probs_model = tiny_cait(classes=7)
@@ -106,6 +151,7 @@ def test_head_on_the_class_token_with_softmax_or_logits(tiny_cait, random_cait):
     )
 
 
+@pytest.mark.large
 def test_include_preprocessing_normalises_0_255_inputs_with_imagenet_statistics(tiny_cait, random_cait):
     inside = random_cait()
     outside = tiny_cait(include_preprocessing=False)
@@ -127,6 +173,7 @@ def test_input_tensor_is_used_as_the_input(tiny_cait):
     assert model.input is tensor and model.get_layer("position_embedding").grid_size == (3, 2)
 
 
+@pytest.mark.large
 def test_keras_file_round_trip_gives_identical_outputs(random_cait, tmp_path):
     model = random_cait(drop_path_rate=0.1)
     path = str(tmp_path / "cait.keras")
@@ -136,6 +183,7 @@ def test_keras_file_round_trip_gives_identical_outputs(random_cait, tmp_path):
     assert loaded.get_layer("self_attention_block_1").stochastic_depth.rate == 0.1
 
 
+@pytest.mark.large
 def test_get_config_from_config_rebuilds_the_same_model(random_cait):
     model = random_cait()
     clone = keras.Model.from_config(model.get_config())
@@ -222,6 +270,7 @@ def test_an_unknown_model_name_lists_the_valid_ones(name):
             call(name)
 
 
+@pytest.mark.large
 def test_cait_by_name_takes_its_resolution_as_the_input_size():
     from keras_cait.variants import cait
 
@@ -265,6 +314,7 @@ def test_class_names_are_one_str_per_class(tiny_cait, names, error):
         tiny_cait(include_top=False).class_names = ["a"]
 
 
+@pytest.mark.large
 def test_class_names_of_a_model_its_own_else_imagenet_s_for_1000_classes(tiny_cait):
     from keras_cait.preprocessing import class_names_of, imagenet_classes
 

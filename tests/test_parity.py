@@ -16,6 +16,8 @@ import keras_cait
 from keras_cait.layers.position_embedding import resize_position_embedding
 from keras_cait.weights import CHECKPOINTS
 
+pytestmark = pytest.mark.large
+
 # timm's parameter counts of the released models (issue 2, point 3).
 PARAMETERS = {
     "cait_xxs24_224": 11_956_264,

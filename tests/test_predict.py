@@ -37,6 +37,7 @@ def test_builder_returns_a_cait_model(model):
     assert type(model) is CaiTModel and isinstance(model, keras.Model)
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("n, batch_size", [(1, None), (3, None), (4, 4)])
 def test_one_batch_gives_keras_outputs_without_keras_loop(model, monkeypatch, n, batch_size):
     images = _images(n)

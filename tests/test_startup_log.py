@@ -43,12 +43,14 @@ def plain_keras_import():
     return stderr
 
 
+@pytest.mark.large
 def test_import_keras_cait_prints_nothing_tensorflow_would_not_at_a_log_level_of_1(plain_keras_import):
     _, stderr = run_python("import keras_cait")
     assert NOTICE not in stderr and not any(line.startswith(b"I0") for line in stderr.splitlines())
     assert stderr == drop_startup_info(plain_keras_import)
 
 
+@pytest.mark.large
 def test_keras_cait_help_prints_the_help_and_nothing_else(plain_keras_import):
     stdout, stderr = run_python("from keras_cait.cli import main; main(['--help'])")
     assert stdout.startswith(b"usage: keras-cait") and stderr == b""
@@ -58,6 +60,7 @@ def test_keras_cait_help_prints_the_help_and_nothing_else(plain_keras_import):
         assert done.stdout.startswith(b"usage: keras-cait") and done.stderr == b""
 
 
+@pytest.mark.large
 def test_a_missing_image_is_one_line_on_standard_error_with_no_tensorflow_lines(tmp_path):
     missing = str(tmp_path / "missing.jpg")
     done = run([sys.executable, "-m", "keras_cait.cli", "predict", missing, "--weights", "none"])
@@ -65,6 +68,7 @@ def test_a_missing_image_is_one_line_on_standard_error_with_no_tensorflow_lines(
     assert done.stderr.decode() == f"keras-cait predict: image {missing!r}: no such file; check the path.\n"
 
 
+@pytest.mark.large
 def test_tf_cpp_min_log_level_0_keeps_the_startup_lines(plain_keras_import):
     _, stderr = run_python("import keras_cait", TF_CPP_MIN_LOG_LEVEL="0")
     assert sources(stderr) == sources(plain_keras_import) and NOTICE in stderr
@@ -119,6 +123,7 @@ def test_only_abseil_info_is_left_out_and_the_rest_is_written_back_in_order(body
     assert stdout == b"stdout inside\n"
 
 
+@pytest.mark.large
 def test_nothing_is_caught_at_log_level_0_or_after_tensorflow_is_loaded():
     code = LOAD_STANDALONE + SCRIPT.format(notice=NOTICE, last="pass")
     _, stderr = run_python(code, TF_CPP_MIN_LOG_LEVEL="0")

@@ -133,6 +133,7 @@ def truncated_jpeg(path):
     path.write_bytes(data[: len(data) // 2])
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("damage", [text_as_jpeg, truncated_jpeg], ids=["text", "truncated"])
 def test_finetune_on_an_undecodable_image_names_the_file(damage, tiny_model, tmp_path):
     photos(tmp_path)
@@ -147,6 +148,7 @@ def test_finetune_on_an_undecodable_image_names_the_file(damage, tiny_model, tmp
     assert "DecodeImage" not in line and "{{" not in line and "[[" not in line, line
 
 
+@pytest.mark.large
 def test_several_undecodable_images_are_counted_and_named(tiny_model, tmp_path):
     photos(tmp_path)
     for name in ("0/a.jpg", "1/b.png", "2/c.gif"):
@@ -161,6 +163,7 @@ def test_several_undecodable_images_are_counted_and_named(tiny_model, tmp_path):
     assert "(an empty file)" in line and line.endswith("; remove or replace them."), line
 
 
+@pytest.mark.large
 def test_an_undecodable_image_of_the_validation_data_names_its_flag(tiny_model, tmp_path):
     photos(tmp_path)
     write_digits(tmp_path / "val", per_class=2, size=TINY_SIZE, classes=range(3))
@@ -172,6 +175,7 @@ def test_an_undecodable_image_of_the_validation_data_names_its_flag(tiny_model, 
     assert line.startswith(f"keras-cait finetune: --val-data val: {broken} cannot be decoded"), line
 
 
+@pytest.mark.large
 def test_evaluate_on_an_undecodable_image_names_the_file(tiny_model, tmp_path):
     photos(tmp_path)
     truncated_jpeg(tmp_path / "photos" / "2" / "broken.jpg")
@@ -183,6 +187,7 @@ def test_evaluate_on_an_undecodable_image_names_the_file(tiny_model, tmp_path):
                            "image"), line
 
 
+@pytest.mark.large
 def test_an_empty_class_folder_is_refused_by_name(tiny_model, tmp_path):
     photos(tmp_path)
     (tmp_path / "photos" / "dog").mkdir()
@@ -196,6 +201,7 @@ def test_an_empty_class_folder_is_refused_by_name(tiny_model, tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.large
 def test_a_good_folder_still_trains(tiny_model, tmp_path):
     """The context that names bad images leaves a run on good data alone."""
     photos(tmp_path)

@@ -21,6 +21,7 @@ def checkpoint(timm_reference):
     return timm_reference.save(reference), reference
 
 
+@pytest.mark.large
 def test_predict_prints_the_top_5_of_the_reference_evaluation(checkpoint, tmp_path, capsys):
     """The CLI's image loading (bicubic resize of the shorter side, centre crop) and the
     model's own normalisation must give what timm's evaluation transform for this
@@ -53,6 +54,7 @@ def test_predict_prints_the_top_5_of_the_reference_evaluation(checkpoint, tmp_pa
     )
 
 
+@pytest.mark.large
 def test_convert_writes_keras_weights_with_the_checkpoint_logits(
     checkpoint, tmp_path, timm_reference, capsys
 ):

@@ -13,6 +13,8 @@ from PIL import Image
 from keras_cait.cli import demo
 from keras_cait.weights import registry
 
+pytestmark = pytest.mark.large
+
 
 def test_the_demo_reaches_its_accuracy_end_to_end_offline(tmp_path):
     """`keras-cait demo` with its defaults, as a new user runs it on a machine without network:

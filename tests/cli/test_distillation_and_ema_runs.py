@@ -14,6 +14,7 @@ def weights(path):
     return [np.asarray(w) for w in keras.models.load_model(path).weights]
 
 
+@pytest.mark.large
 def test_deit_highres_finetune_distils_and_keeps_ema_apart(tiny_cait, digits, tmp_path):
     data = digits(tmp_path / "digits", per_class=6)
     student, teacher = str(tmp_path / "student.keras"), str(tmp_path / "teacher.keras")

@@ -290,6 +290,7 @@ def assert_contract(command, status, err, row, paths):
         assert fill(name, paths) in line, line
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("name", list(ROWS))
 def test_row(name, tmp_path, monkeypatch, capfd, guards, tiny_keras_model, policy):
     """`policy` restores float32: rows that list data set the run's dtype policy first."""
@@ -366,6 +367,7 @@ def _python(arguments, cwd, env=None, timeout=300):
     return done.returncode, done.stdout, done.stderr
 
 
+@pytest.mark.large
 def test_the_console_command_exits_with_the_status_and_the_line_alone(tmp_path):
     status, out, err = _console(["export", str(tmp_path / "serving" / "v1"), "--weights", "none"], tmp_path)
     assert (status, out) == (USAGE, "")
@@ -434,6 +436,7 @@ def compared(root):
     return {path: size for path, size in tree(root).items() if path.split(os.sep)[0] != "home"}
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("name", list(PERMISSION_ROWS))
 def test_permission_row(name, other_user):
     """As a user without the permission: the folder is refused before any model is built

@@ -33,6 +33,7 @@ def image(tmp_path):
     return str(path)
 
 
+@pytest.mark.large
 def test_predict_offline_with_the_default_weights_names_the_weights_flag(offline, image):
     message = one_line_error(["predict", image, "--model", "cait_xxs24_224"])
     assert message.startswith("keras-cait predict: Could not download the ImageNet weights of cait_xxs24_224")
@@ -58,6 +59,7 @@ def test_predict_of_a_truncated_jpeg_is_one_line_naming_the_file(image, tmp_path
     assert message.startswith(f"keras-cait predict: Cannot read image {str(truncated)!r}")
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("content", [b"", b"\x00" * 7, os.urandom(4096)], ids=["empty", "short", "random"])
 def test_a_weights_file_that_is_not_a_checkpoint_is_one_line_naming_the_flag(image, tmp_path, content):
     weights = tmp_path / "model.safetensors"
@@ -72,6 +74,7 @@ def test_evaluate_of_a_missing_keras_model_names_the_flag(tmp_path, digits):
     assert message.startswith("keras-cait evaluate: --model ") and "no such file" in message
 
 
+@pytest.mark.large
 def test_evaluate_takes_the_input_size_of_a_keras_model(tiny_cait, digits, tmp_path, capsys):
     folder = digits(tmp_path / "digits", per_class=2)
     model_path = str(tmp_path / "model.keras")
@@ -87,6 +90,7 @@ def test_jit_flag_help_says_what_the_default_does():
     assert "--jit, --no-jit compile the training step with XLA (default: True)" in text
 
 
+@pytest.mark.large
 def test_finetune_writes_models_without_optimizer_state_that_load_silently(
     tiny_cait, digits, tmp_path, capsys, policy
 ):

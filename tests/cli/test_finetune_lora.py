@@ -19,6 +19,7 @@ def _args(model_path, data_dir, output_dir):
     ])
 
 
+@pytest.mark.large
 def test_lora_finetune_changes_only_the_projections_and_the_head(tiny_cait, digits, tmp_path):
     data_dir = digits(tmp_path / "digits", per_class=4)
     model_path = str(tmp_path / "pretrained.keras")

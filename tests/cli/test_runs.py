@@ -31,6 +31,7 @@ def test_help_shows_the_defaults(parser, expected):
         assert " ".join(fragment.split()) in text
 
 
+@pytest.mark.large
 def test_evaluate_reports_top1_and_top5(tiny_cait, digits, tmp_path, capsys):
     folder = digits(tmp_path / "digits", per_class=6)
     model = tiny_cait(classes=10)

@@ -78,12 +78,26 @@ def test_the_folded_graph_gives_timms_logits(reference):
     TimmReference.assert_matches(InferenceGraph(model, runtime="onnx")(tf.constant(images)), logits, "onnx form")
 
 
+@pytest.fixture(scope="module")
+def exported(reference, tmp_path_factory):
+    """`exported(format)`: the folder that format's export of the reference model was written to, once."""
+    folders = {}
+
+    def export(name):
+        if name not in folders:
+            folders[name] = tmp_path_factory.mktemp(name)
+            EXPORTS[name][0](reference[0], folders[name])
+        return folders[name]
+
+    return export
+
+
+@pytest.mark.large
 @pytest.mark.parametrize("export", EXPORTS)
-def test_every_export_gives_timms_outputs(reference, export, tmp_path):
+def test_every_export_gives_timms_outputs(reference, export, exported):
     model, images, logits = reference
-    write, run = EXPORTS[export]
-    write(model, tmp_path)
-    outputs = run(tmp_path, images)
+    _, run = EXPORTS[export]
+    outputs = run(exported(export), images)
     # The SavedModel's signatures return probabilities (a softmax of the logits).
     expected = softmax(logits) if export == "saved_model" else logits
     TimmReference.assert_matches(outputs, expected, export)
@@ -117,6 +131,61 @@ def test_the_graph_holds_no_layer_scale_normalisation_or_dropout(reference):
     ) - 4 * 2 * TINY_CAIT["embed_dim"] - TINY_CAIT["embed_dim"]
 
 
+def openvino_constants(folder):
+    import openvino
+
+    model = openvino.Core().read_model(str(folder / "cait.xml"))
+    return [op.get_data() for op in model.get_ops()
+            if op.get_type_name() == "Constant" and op.get_element_type() == openvino.Type.f32]
+
+
+def litert_constants(folder):
+    """The float32 tensors with data in the flatbuffer (weights and constants, not activations)."""
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    flatbuffer = flatbuffer_utils.read_model(str(folder / "cait.tflite"))
+    float32 = 0  # TensorType.FLOAT32 in the LiteRT schema
+    return [np.frombuffer(bytes(bytearray(flatbuffer.buffers[tensor.buffer].data)), "<f4").reshape(tensor.shape)
+            for subgraph in flatbuffer.subgraphs for tensor in subgraph.tensors
+            if tensor.type == float32 and flatbuffer.buffers[tensor.buffer].data is not None
+            and len(flatbuffer.buffers[tensor.buffer].data)]
+
+
+def onnx_constants(folder):
+    import onnx
+    from onnx import numpy_helper
+
+    graph = onnx.load(str(folder / "cait.onnx")).graph
+    tensors = [numpy_helper.to_array(initializer) for initializer in graph.initializer]
+    tensors += [numpy_helper.to_array(node.attribute[0].t) for node in graph.node if node.op_type == "Constant"]
+    return [tensor for tensor in tensors if tensor.dtype == np.float32]
+
+
+FLOAT_CONSTANTS = {"openvino": openvino_constants, "litert": litert_constants, "onnx": onnx_constants}
+
+
+@pytest.mark.parametrize("export", FLOAT_CONSTANTS)
+def test_every_file_export_holds_the_folded_weights(reference, export, exported):
+    """The file holds the inference graph's weights, not the Keras model's: its float constants add up
+    to the folded model's parameters, and no LayerScale gamma or patch-embedding bias is among them.
+    An export of the unfolded model gives the same outputs, so only this tells them apart. The
+    SavedModel's twin: test_saved_model.py::
+    test_every_weight_is_saved_once_with_the_layer_scales_and_patch_bias_folded."""
+    model, _, _ = reference
+    # Scalars are the formulas' own numbers (0.5, √2, ε); LiteRT's convolution gets an all-zero bias.
+    constants = [c for c in FLOAT_CONSTANTS[export](exported(export)) if c.size > 1 and np.any(c)]
+    folded = [weight for weight in model.trainable_weights
+              if "layer_scale" in weight.path or weight.path == "patch_embedding/projection/bias"]
+    assert len(folded) == 2 * 4 + 1  # two LayerScales in each of the 2 + 2 blocks
+    kept = sum(int(np.prod(weight.shape)) for weight in model.trainable_weights if not any(weight is f for f in folded))
+    stored = sum(constant.size for constant in constants)
+    assert stored == kept, f"{export}: {stored} float weights in the file, {kept} in the folded model"
+    for weight in folded:
+        value = np.asarray(weight).ravel()
+        assert not [c for c in constants if c.size == value.size and np.array_equal(c.ravel(), value)], weight.path
+
+
+@pytest.mark.large
 def test_our_onnx_runs_fewer_nodes_than_timms_under_onnx_runtime(reference, tmp_path):
     """ONNX Runtime's optimised graphs (its fusions applied): our LayerNorms fuse, no identity ops."""
     import onnx

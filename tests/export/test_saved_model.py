@@ -74,6 +74,7 @@ def test_serving_uint8_gives_what_serving_default_gives(loaded, images):
         np.testing.assert_array_equal(as_uint8[name], as_float[name])
 
 
+@pytest.mark.large
 def test_runs_in_a_fresh_process_that_cannot_import_keras_cait(saved_model_dir, model, images, tmp_path):
     png = encode(photo(40, 50), "PNG")
     outputs = run_in_fresh_process(saved_model_dir, images, png, tmp_path)
@@ -195,6 +196,7 @@ def test_bad_input_is_invalid_argument_naming_what_is_expected(loaded, tf_servin
 # === Mixed precision, logits, class names ===
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
 def test_a_mixed_precision_model_serves_float32(policy, images, tmp_path):
     keras.config.set_dtype_policy(policy)
@@ -325,6 +327,7 @@ def test_cli_export_checks_the_destination_before_building_a_model(tmp_path, mon
         commands.main(["export", str(tmp_path / "latest"), "--weights", "none"])
 
 
+@pytest.mark.large
 def test_the_exporters_are_keras_cait_attributes_that_load_tensorflow_only_when_asked():
     import keras_cait
 
@@ -354,6 +357,7 @@ def test_every_weight_is_saved_once_with_the_layer_scales_and_patch_bias_folded(
     assert saved == sum(int(np.prod(weight.shape)) for weight in kept)
 
 
+@pytest.mark.large
 def test_the_model_s_own_class_names_name_the_top_k(images, tmp_path):
     model = small_model(classes=4)
     model.class_names = ["wolf", "ant", "yak", "emu"]

@@ -65,11 +65,13 @@ def parse_show_all(text):
 # === saved_model_cli ===
 
 
+@pytest.mark.large
 def test_saved_model_cli_show_lists_the_documented_signatures(saved_model_dir):
     shown = parse_show_all(saved_model_cli("show", "--all", "--dir", str(saved_model_dir)))
     assert shown == serving_contract(SIDE, SIDE, classes=1000, top_k=5)
 
 
+@pytest.mark.large
 def test_saved_model_cli_run_gives_model_predict(saved_model_dir, model, images, tmp_path):
     np.save(tmp_path / "images.npy", images)
     saved_model_cli(
@@ -199,7 +201,7 @@ def test_model_server_rest(model_server, loaded, images):
 
 @needs_model_server
 def test_model_server_grpc(model_server, model, images):
-    grpc = pytest.importorskip("grpc")
+    import grpc  # grpcio comes with TensorFlow
     predict_pb2 = pytest.importorskip(
         "tensorflow_serving.apis.predict_pb2", reason="the gRPC API needs pip install tensorflow-serving-api"
     )
@@ -224,6 +226,7 @@ def test_model_server_grpc(model_server, model, images):
 # === CaiT-XXS24 at 224 through the whole path ===
 
 
+@pytest.mark.large
 def test_full_size_cait_xxs24_through_keras_cait_export(tmp_path):
     model = keras_cait.CaiT_XXS24(weights=None)
     randomize_deep(model)

@@ -13,7 +13,7 @@ import pytest
 from keras_cait.training import adamw
 from keras_cait.training.distillation import Distiller
 
-torch = pytest.importorskip("torch")
+import torch  # the [test] extra: missing is an error, not a skip
 F = torch.nn.functional
 CLASSES = 10
 
@@ -79,6 +79,7 @@ def test_loss_is_deits_distillation_loss_on_the_same_logits(distillation_type, a
     assert float(evaluated) == pytest.approx(base, rel=1e-5)
 
 
+@pytest.mark.large
 def test_a_small_cait_learns_the_digits_from_a_small_frozen_teacher(tiny_cait):
     from sklearn.datasets import load_digits
 

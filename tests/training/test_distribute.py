@@ -45,6 +45,7 @@ def free_ports(count):
     return ports
 
 
+@pytest.mark.large
 def test_two_workers_train_to_identical_weights(digits, tmp_path):
     data_dir = digits(tmp_path / "digits", per_class=8)
     workers = [f"127.0.0.1:{port}" for port in free_ports(2)]
@@ -81,6 +82,7 @@ def test_two_workers_train_to_identical_weights(digits, tmp_path):
     assert os.path.exists(os.path.join(output_dir, "best.keras"))
 
 
+@pytest.mark.large
 def test_jax_data_parallel_over_two_devices(digits, tmp_path):
     data_dir = digits(tmp_path / "digits", per_class=4)
     output_dir = tmp_path / "run"
@@ -96,4 +98,4 @@ def test_jax_data_parallel_over_two_devices(digits, tmp_path):
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "dataparallel: 2 replica(s), global batch 8 (4 per replica), 5 steps per epoch" in done.stdout
-    assert sorted(os.listdir(output_dir)) == ["best.keras", "ema.keras", "final.keras", "logs"]
+    assert sorted(os.listdir(output_dir)) == ["best.json", "best.keras", "ema.keras", "final.keras", "logs", "run.json"]

@@ -24,6 +24,7 @@ def _fit(model, steps=3):
     return images
 
 
+@pytest.mark.large
 def test_only_lora_and_head_weights_change_in_a_fit(tiny_cait):
     model = _lora_model(tiny_cait)
     adapted = {w.path for w in lora_weights(model)}
@@ -42,6 +43,7 @@ def test_only_lora_and_head_weights_change_in_a_fit(tiny_cait):
     assert head <= changed
 
 
+@pytest.mark.large
 def test_merged_model_is_a_plain_cait_with_the_same_outputs_and_serves_them(tiny_cait, tmp_path):
     import tensorflow as tf
 

@@ -71,6 +71,7 @@ def test_float16_training_uses_loss_scaling_and_bfloat16_does_not(policy, tiny_c
     assert isinstance(model.optimizer, keras.optimizers.AdamW)
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("half", HALF_POLICIES)
 def test_thirty_steps_give_a_finite_decreasing_loss(half, policy, tiny_cait):
     policy(half)
@@ -84,6 +85,7 @@ def test_thirty_steps_give_a_finite_decreasing_loss(half, policy, tiny_cait):
     assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5])
 
 
+@pytest.mark.large
 def test_jit_compiled_training_and_inference_under_mixed_precision(policy, tiny_cait):
     policy("mixed_bfloat16")
     keras.utils.set_random_seed(0)

@@ -112,6 +112,7 @@ def test_a_nested_backbone_still_excludes_position_and_class_token(tiny_cait):
     assert excluded == set(NOT_DECAYED) - {"predictions/bias"} | {"classifier/head/bias"}
 
 
+@pytest.mark.large
 def test_deit_defaults_and_unbuilt_model_error():
     model = keras_cait.CaiT_XXS24(weights=None, input_shape=(32, 32, 3))
     optimizer = adamw(model, 1e-3, use_ema=True)
@@ -125,7 +126,7 @@ def test_deit_defaults_and_unbuilt_model_error():
 def test_decay_set_is_timms_param_groups_weight_decay(tiny_cait):
     """timm's own grouping of timm's CaiT (with CaiT's no_weight_decay), mapped onto our
     variables through the checkpoint key map, excludes exactly what we exclude."""
-    timm_models = pytest.importorskip("timm.models.cait")
+    import timm.models.cait as timm_models  # the [test] extra: missing is an error, not a skip
     from timm.optim import param_groups_weight_decay
 
     from keras_cait.weights.convert import timm_key_map

@@ -13,9 +13,10 @@ from keras_cait.model import IMAGENET_MEAN, IMAGENET_STD
 from keras_cait.training import augment
 from keras_cait.training.random_erasing import erasing_box
 
-random_erasing_module = pytest.importorskip("timm.data.random_erasing")
-torch = pytest.importorskip("torch")
-stats = pytest.importorskip("scipy.stats")
+# timm, torch and scipy (scikit-learn's) come with the [test] extra: missing is an error, not a skip.
+import timm.data.random_erasing as random_erasing_module
+import torch
+from scipy import stats
 
 IMAGES = 4000
 HEIGHT, WIDTH, CHANNELS = 12, 64, 3  # flat: half of the boxes drawn do not fit, so retries matter

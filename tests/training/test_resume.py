@@ -26,6 +26,7 @@ def compiled(tiny_cait):
     return model
 
 
+@pytest.mark.large
 def test_a_backup_restores_weights_optimizer_random_state_and_best(tiny_cait, tmp_path):
     model = compiled(tiny_cait)
     images = np.random.default_rng(0).uniform(0, 255, (8, 32, 32, 3)).astype("float32")
@@ -101,6 +102,7 @@ def final_weights(output_dir):
     return [np.array(w) for w in model.weights]
 
 
+@pytest.mark.large
 def test_a_finetune_killed_mid_epoch_resumes_to_the_same_weights(tiny_cait, digits, tmp_path):
     data_dir = digits(tmp_path / "digits", per_class=10)
     model_path = str(tmp_path / "pretrained.keras")
@@ -253,6 +255,7 @@ def test_a_run_whose_backup_is_at_its_end_finishes_without_training(tiny_cait, t
         np.testing.assert_array_equal(np.array(got), want)
 
 
+@pytest.mark.large
 def test_a_rerun_with_another_batch_size_is_refused_naming_it(tiny_cait, digits, tmp_path):
     data_dir = digits(tmp_path / "digits", per_class=10)
     model_path = str(tmp_path / "pretrained.keras")
@@ -273,6 +276,7 @@ def test_a_rerun_with_another_batch_size_is_refused_naming_it(tiny_cait, digits,
     assert json.loads((tmp_path / "run" / "backup" / "full" / "latest.json").read_text())["step"] == 3
 
 
+@pytest.mark.large
 def test_a_rerun_says_what_it_skips_and_refuses_a_changed_setting_without_a_backup(tiny_cait, digits, tmp_path):
     data = digits(tmp_path / "a", per_class=6, classes=range(3))
     model_path = str(tmp_path / "pretrained.keras")
@@ -309,6 +313,7 @@ def test_a_rerun_says_what_it_skips_and_refuses_a_changed_setting_without_a_back
     assert json.loads((run / "run.json").read_text())["finished"] == ["head", "full"]
 
 
+@pytest.mark.large
 def test_a_finetune_rerun_with_other_data_classes_or_head_epochs_is_refused(tiny_cait, digits, tmp_path):
     first_data = digits(tmp_path / "a", per_class=10)
     other_data = digits(tmp_path / "b", per_class=10, classes=range(3))

@@ -32,6 +32,7 @@ def test_image_folder_errors_say_what_is_expected(tmp_path):
         sources.image_folder(tmp_path)
 
 
+@pytest.mark.large
 def test_tfrecords_round_trip(folder, tmp_path):
     source = sources.image_folder(folder)
     paths = sources.write_tfrecords(source, str(tmp_path / "digits"), num_shards=3)
@@ -132,6 +133,7 @@ def test_a_text_file_named_jpg_is_found_by_its_first_bytes(tmp_path, digits, mon
     ]
 
 
+@pytest.mark.large
 def test_a_truncated_jpeg_is_found_by_decoding(tmp_path, digits):
     folder = digits(tmp_path / "photos", per_class=3, size=8, classes=range(3))
     for name in ("0/cut.jpg", "2/cut.jpeg"):

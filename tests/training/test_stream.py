@@ -39,6 +39,7 @@ def test_repeated_augmentation_shows_each_chosen_image_three_times(folder):
     assert list(counts.values()) == [3] * 32  # of ceil(100 / 3) = 34 images × 3, the first 96
 
 
+@pytest.mark.large
 def test_a_stream_started_at_step_k_is_the_tail_of_the_whole_one(folder):
     source = sources.image_folder(folder)
     augmentation = Augmentation(image_size=32, num_classes=10, rand_augment_magnitude=0,
@@ -59,6 +60,7 @@ def test_a_stream_started_at_step_k_is_the_tail_of_the_whole_one(folder):
         assert labels.min() >= 0.01 - 1e-7  # label smoothing 0.1 over 10 classes
 
 
+@pytest.mark.large
 def test_the_full_recipe_runs(folder):
     source = sources.image_folder(folder)
     augmentation = Augmentation(image_size=32, num_classes=10)
@@ -69,6 +71,7 @@ def test_the_full_recipe_runs(folder):
         stream.training_stream(source, augmentation, 128, 1)
 
 
+@pytest.mark.large
 def test_the_images_are_the_same_float32_under_every_policy(folder, policy):
     """DeiT's full augmentation hands the model float32 images 0..255 that do not depend on the
     global dtype policy, bit for bit (the model casts them at its input). RandAugment draws from

@@ -1,16 +1,19 @@
 """Every training entry point × every precision, with DeiT's full augmentation at its defaults.
 
 Each cell trains a tiny CaiT on a folder of 8 small PNGs in two classes as a user would:
-the console script `keras-cait` (train, finetune, train with a teacher) and the `scripts/`
-wrappers run in a fresh process with their defaults (XLA on, RandAugment 9, random erasing 0.25,
-mixup 0.8 / cutmix 1.0, repeated augmentation 3, EMA); only the sizes are made small. A cell
-passes when the process exits 0 after at least two training steps, writes its files, reports
-finite losses, and the saved model's blocks compute in the precision asked for. The Python cell runs `training.stream.training_stream` into `model.fit`.
-Under the JAX backend (the GPU path), where JAX is installed, the console's train and the
-Python stream run in every precision too.
+the console command `keras-cait` (train, finetune, train with a teacher) with its defaults
+(XLA on, RandAugment 9, random erasing 0.25, mixup 0.8 / cutmix 1.0, repeated augmentation 3,
+EMA); only the sizes are made small. The Python cell runs `training.stream.training_stream`
+into `model.fit`. A cell passes when it exits 0 after at least two training steps, writes its
+files, reports finite losses, and its saved model's blocks compute in the precision asked for.
+
+The cells of one backend run one after the other in one process (`matrix_cells.py`, through
+`keras_cait.cli.main` as the console script calls it), so the interpreter and the backend's
+import are paid once: TensorFlow runs every cell, JAX (the GPU path) the console's train,
+whose run code finetune shares, and the Python stream. The `scripts/` wrappers, a line calling
+the same `main`, get one smoke cell each in their own process.
 """
 
-import importlib.util
 import json
 import math
 import os
@@ -23,10 +26,10 @@ import pytest
 
 from tests.conftest import TINY_CAIT
 
+pytestmark = pytest.mark.large
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PRECISIONS = ["float32", "mixed_float16", "mixed_bfloat16"]
-NO_JAX = pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="JAX is not installed")
-BACKENDS = ["tensorflow", pytest.param("jax", marks=NO_JAX)]
 SMALL = ["--image-size", "32", "--batch-size", "4"]
 TINY_MODEL = json.dumps(TINY_CAIT)
 # The full DeiT augmentation for finetune, whose own defaults are lighter (transfer learning).
@@ -66,33 +69,26 @@ def saved_models(tmp_path_factory):
 
 
 def entry_points(saved_models):
-    """Command lines of each entry point, without --data, --output-dir and --precision."""
-    console = os.path.join(os.path.dirname(sys.executable), "keras-cait")
-    train = ["--model", TINY_MODEL, "--epochs", "2", "--warmup-epochs", "1", *SMALL]
-    finetune = ["--model", saved_models["student"], "--head-epochs", "1", "--epochs", "1",
+    """The arguments of each entry point, without --data, --output-dir and --precision, and the
+    files its run must write."""
+    train = ["train", "--model", TINY_MODEL, "--epochs", "2", "--warmup-epochs", "1", *SMALL]
+    finetune = ["finetune", "--model", saved_models["student"], "--head-epochs", "1", "--epochs", "1",
                 *SMALL, *DEIT_AUGMENTATION]
     distil = [*train, "--teacher", saved_models["teacher"], "--distillation-type", "hard"]
     return {
-        "keras-cait train": ([console, "train", *train], {"final.keras", "best.keras", "ema.keras"}),
-        "keras-cait finetune": ([console, "finetune", *finetune], {"final.keras", "best.keras"}),
-        "keras-cait train --teacher": ([console, "train", *distil], {"final.keras", "ema.keras"}),
-        "scripts/train.py": ([sys.executable, os.path.join(ROOT, "scripts", "train.py"), *train],
-                             {"final.keras"}),
-        "scripts/finetune.py": (
-            [sys.executable, os.path.join(ROOT, "scripts", "finetune.py"), *finetune],
-            {"final.keras"}),
+        "keras-cait train": (train, {"final.keras", "best.keras", "ema.keras"}),
+        "keras-cait finetune": (finetune, {"final.keras", "best.keras"}),
+        "keras-cait train --teacher": (distil, {"final.keras", "ema.keras"}),
     }
 
 
-ENTRY_POINTS = ["keras-cait train", "keras-cait finetune", "keras-cait train --teacher",
-                "scripts/train.py", "scripts/finetune.py"]
-# On JAX (the GPU path) a cell costs 60-95 s of CPU against TensorFlow's 20-25 s; the command
-# line's JAX cells are the console's `train`, whose run code finetune and the wrappers share.
+# On JAX (the GPU path) a cell costs 3-4 times TensorFlow's CPU time; the console's `train` is
+# the run code that finetune and distillation share.
 JAX_ENTRY_POINTS = {"keras-cait train"}
 
 
 def run(command, backend, timeout=600):
-    env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": ROOT}
     return subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
 
 
@@ -100,33 +96,79 @@ def losses(output):
     return [float(value) for value in LOSS.findall(output)]
 
 
-CELLS = [(entry_point, precision, "tensorflow") for entry_point in ENTRY_POINTS for precision in PRECISIONS]
-CELLS += [pytest.param(entry_point, precision, "jax", marks=NO_JAX)
-          for entry_point in ENTRY_POINTS if entry_point in JAX_ENTRY_POINTS for precision in PRECISIONS]
+def with_precision(argv, precision):
+    # mixed_float16 is the default: leave the flag out, as a user would.
+    return argv if precision == "mixed_float16" else [*argv, "--precision", precision]
 
 
-@pytest.mark.parametrize("entry_point, precision, backend", CELLS)
-def test_each_entry_point_trains_in_each_precision(entry_point, precision, backend, folder,
-                                                   saved_models, tmp_path):
-    command, files = entry_points(saved_models)[entry_point]
-    if precision != "mixed_float16":  # mixed_float16 is the default: leave the flag out
-        command = [*command, "--precision", precision]
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+def test_every_entry_point_trains_in_every_precision(backend, folder, saved_models, tmp_path, subtests):
+    if backend == "jax":
+        import jax  # noqa: F401  in the [test] extra: missing is an error, not a skip
+    cells, expected = [], {}
+    for entry_point, (argv, files) in entry_points(saved_models).items():
+        if backend == "jax" and entry_point not in JAX_ENTRY_POINTS:
+            continue
+        for precision in PRECISIONS:
+            cell = f"{entry_point} [{precision}]"
+            output_dir = tmp_path / re.sub(r"\W+", "_", cell)
+            argv_ = [*with_precision(argv, precision), "--data", folder, "--output-dir", str(output_dir)]
+            cells.append({"id": cell, "kind": "console", "argv": argv_})
+            expected[cell] = ("console", precision, output_dir, files)
+    for precision in PRECISIONS:
+        cell = f"training_stream into model.fit [{precision}]"
+        cells.append({"id": cell, "kind": "stream", "argv": [folder, precision, TINY_MODEL]})
+        expected[cell] = ("stream", precision, None, None)
+    (tmp_path / "cells.json").write_text(json.dumps(cells))
+    done = run([sys.executable, "-m", "tests.training.matrix_cells", str(tmp_path / "cells.json"),
+                str(tmp_path / "results.json")], backend, timeout=1800)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+
+    for cell, (kind, precision, output_dir, files) in expected.items():
+        with subtests.test(cell=cell):
+            result = results[cell]
+            assert result["status"] == 0, result["stdout"][-3000:] + result["stderr"][-3000:]
+            assert "Traceback" not in result["stderr"]
+            if kind == "console":
+                check_run(result["stdout"], output_dir, files, precision)
+            else:
+                check_stream(result["report"], precision)
+
+
+@pytest.mark.parametrize("script, entry_point", [("scripts/train.py", "keras-cait train"),
+                                                 ("scripts/finetune.py", "keras-cait finetune")])
+def test_each_script_wrapper_trains_as_its_command(script, entry_point, folder, saved_models, tmp_path):
+    argv, _ = entry_points(saved_models)[entry_point]
     output_dir = tmp_path / "run"
-    done = run([*command, "--data", folder, "--output-dir", str(output_dir)], backend)
-
+    done = run([sys.executable, os.path.join(ROOT, script), *argv[1:], "--data", folder,
+                "--output-dir", str(output_dir)], "tensorflow")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "Traceback" not in done.stderr
+    check_run(done.stdout, output_dir, {"final.keras", "best.keras", "run.json"}, "mixed_float16")
+
+
+def check_run(stdout, output_dir, files, precision):
     assert files <= set(os.listdir(output_dir)), os.listdir(output_dir)
-    seen = losses(done.stdout)
-    assert seen and all(math.isfinite(loss) for loss in seen), done.stdout[-2000:]
-    assert steps_run(done.stdout) >= 2, done.stdout[-2000:]
+    seen = losses(stdout)
+    assert seen and all(math.isfinite(loss) for loss in seen), stdout[-2000:]
+    assert steps_run(stdout) >= 2, stdout[-2000:]
     assert block_policies(output_dir / "final.keras") == {precision}
+
+
+def check_stream(report, precision):
+    assert report["dtype"] == "float32"  # whatever the policy: the model casts at its input
+    assert report["max"] > 100  # 0..255 pixels (erased boxes hold noise outside it), not 0..1
+    assert report["steps"] >= 4
+    assert report["policy"] == precision
+    assert all(math.isfinite(loss) for loss in report["loss"])
 
 
 def steps_run(output):
     """Training steps that ran, from Keras' progress lines: each epoch's line ends at `n/n`."""
     steps = 0
-    for line in output.replace("\r", "\n").split("\n"):
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", output)  # the bars' colours
+    for line in plain.replace("\r", "\n").split("\n"):
         finished = [int(done) for done, total in re.findall(r"\b(\d+)/(\d+) ", line) if done == total]
         if finished and "loss: " in line:
             steps += finished[-1]
@@ -142,39 +184,3 @@ def block_policies(path):
     model = keras.models.load_model(path)
     return {layer.dtype_policy.name for layer in model.layers if layer.name.endswith(tuple(
         f"attention_block_{i}" for i in range(10)))}
-
-
-PYTHON_STREAM = """
-import json, math, sys
-import keras
-import numpy as np
-from keras_cait.model import build_cait
-from keras_cait.training import Augmentation, adamw, sources
-from keras_cait.training.stream import training_stream
-
-folder, precision, tiny = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-keras.mixed_precision.set_global_policy(precision)
-source = sources.image_folder(folder)
-augmentation = Augmentation(image_size=32, num_classes=source.num_classes)  # DeiT's defaults
-stream = training_stream(source, augmentation, batch_size=4, epochs=2, seed=0)
-images, _ = next(iter(stream))
-model = build_cait(**tiny, input_shape=(32, 32, 3), classes=source.num_classes, drop_path_rate=0.1)
-model.compile(optimizer=adamw(model, 1e-3), loss="categorical_crossentropy", jit_compile=True)
-history = model.fit(stream, epochs=2, steps_per_epoch=2, verbose=0)
-print(json.dumps({"dtype": str(images.dtype.name), "min": float(np.min(images)),
-                  "max": float(np.max(images)), "loss": history.history["loss"],
-                  "steps": int(keras.ops.convert_to_numpy(model.optimizer.iterations))}))
-"""
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("precision", PRECISIONS)
-def test_the_python_stream_feeds_model_fit_in_each_precision(precision, backend, folder):
-    done = run([sys.executable, "-c", PYTHON_STREAM, folder, precision, TINY_MODEL], backend)
-
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report["dtype"] == "float32"  # whatever the policy: the model casts at its input
-    assert report["max"] > 100  # 0..255 pixels (erased boxes hold noise outside it), not 0..1
-    assert report["steps"] >= 4
-    assert all(math.isfinite(loss) for loss in report["loss"])

@@ -76,6 +76,7 @@ def _fit(model, source, epochs, learning_rate, batch_size=32):
     model.fit(batches, epochs=epochs, steps_per_epoch=steps, verbose=0)
 
 
+@pytest.mark.large
 def test_transfer_to_new_classes_of_a_real_image_folder(tiny_cait, digits, tmp_path):
     """Pretrain on the digits 0-4, then learn 5-9: the head on the frozen backbone, then all."""
     keras.utils.set_random_seed(0)

@@ -1,6 +1,6 @@
 """keras_cait.hub: CaiT in keras-hub's preset API (from_preset, fit, save_to_preset, upload_preset).
 
-The released presets are fetched from a fake Hugging Face hub (tests/fake_hf_hub.py)
+The released presets are fetched from a fake Hugging Face hub (tests/weights/fake_hf_hub.py)
 serving a random checkpoint in timm's format; everything else uses a tiny CaiT.
 """
 
@@ -22,7 +22,7 @@ from keras_cait.hub import (
 from keras_cait.preprocessing import IMAGENET_MEAN, IMAGENET_STD
 from keras_cait.weights import CHECKPOINTS
 from tests.conftest import TINY_CAIT, TINY_SIZE
-from tests.fake_hf_hub import hf, hub  # noqa: F401  (fixtures)
+from tests.weights.fake_hf_hub import hf, hub  # noqa: F401  (fixtures)
 
 
 def tiny_classifier(num_classes=3):
@@ -36,12 +36,13 @@ def photos(sizes, seed=0):
     return [rng.integers(0, 256, (height, width, 3), dtype=np.uint8) for height, width in sizes]
 
 
+@pytest.mark.large
 def test_from_preset_fetches_the_imagenet_weights_and_computes_timm_logits(
-    hf, hub, timm_reference, keras_cache, monkeypatch
+    hf, hub, timm_reference, timm_checkpoint, keras_cache, monkeypatch
 ):
     monkeypatch.setitem(CHECKPOINTS["cait_xxs24_224"], "sha256", None)  # verified by the hub's hash
-    reference = timm_reference.model("cait_xxs24_224")
-    hub.serve("cait_xxs24_224", timm_reference.save(reference).read_bytes())
+    reference, body = timm_checkpoint("cait_xxs24_224")
+    hub.serve("cait_xxs24_224", body)
     images = timm_reference.images(2, 224)  # at the input size the transform leaves them as they are
     expected, _ = timm_reference.outputs(reference, images)
 
@@ -104,6 +105,7 @@ def fitted(tmp_path_factory, digits):
     return classifier, history.history["loss"]
 
 
+@pytest.mark.large
 def test_fit_on_a_folder_learns(fitted):
     _, losses = fitted
     assert losses[-1] < 0.7 * losses[0], f"the loss did not fall: {losses}"

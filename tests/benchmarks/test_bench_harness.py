@@ -8,7 +8,10 @@ import sys
 import time
 import weakref
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+import pytest
+
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPOSITORY, "scripts"))
 import bench_harness  # noqa: E402
 
 
@@ -27,6 +30,7 @@ class Pipeline:
         return self.batches
 
 
+@pytest.mark.large
 def test_each_turn_times_a_fresh_pipeline_and_drops_it(monkeypatch):
     Pipeline.made = []
 
@@ -62,3 +66,16 @@ def test_a_turn_does_not_count_its_first_batch():
 
     calls, seconds = bench_harness._pipeline_turn(pipeline, 0.1)
     assert calls >= 2 and seconds < 0.5  # the 1 s first batch is outside the timed span
+
+
+def test_the_ready_message_carries_what_the_worker_observed_of_its_levers(monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    channel, warmed, calls = io.StringIO(), [], []
+
+    def levers():
+        calls.append(len(warmed))  # read once the step has run, not before
+        return {"largest_xla_fusion": 1}
+
+    bench_harness.serve(channel, warmed.append, {4: 4}, outputs=False, warmups=2, levers=levers)
+    (ready,) = [json.loads(line) for line in channel.getvalue().splitlines()]
+    assert ready["levers"] == {"largest_xla_fusion": 1} and calls == [2]

@@ -5,7 +5,7 @@ get a 302 carrying `X-Repo-Commit`, `X-Linked-Etag` (the sha256) and `X-Linked-S
 CDN on another host name (`localhost`) that sends the bytes. huggingface_hub reads the HF_*
 variables when it is imported, so `hf` sets them and reloads its `constants`, as a fresh
 process would read them. Test files use the fixtures with
-`from tests.fake_hf_hub import FakeHub, hf, hub  # noqa: F401`.
+`from tests.weights.fake_hf_hub import FakeHub, hf, hub  # noqa: F401`.
 
 `unreachable_url` and `load_in_a_fresh_process` stand for no network: a hub that refuses,
 does not resolve or drops packets, and a new process that counts its connection attempts.

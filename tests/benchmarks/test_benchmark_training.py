@@ -1,5 +1,6 @@
 """scripts/benchmark_training.py --smoke: the GPU benchmark's code paths and the CPU benchmark's, run small."""
 
+import fcntl
 import importlib.util
 import json
 import math
@@ -7,8 +8,11 @@ import os
 import re
 import subprocess
 import sys
+import types
 
 import pytest
+
+pytestmark = pytest.mark.large
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPOSITORY, "scripts", "benchmark_training.py")
@@ -79,14 +83,32 @@ CPU_PATHS = ["timm-bf16", "keras-tf", "keras-tf-xla", "keras-jax", "keras-tf-bf1
              "keras-jax-bf16", "keras-tf-bf16-half-stream", "keras-jax-no-fusion"]
 
 
-def test_cpu_smoke_run_times_every_training_step_in_turns(tmp_path):
-    output, logs = tmp_path / "rows.json", tmp_path / "logs"
-    logs.mkdir()
-    done = subprocess.run(
-        [sys.executable, SCRIPT, "--cpu", "--smoke", "--alive", "3", "--workers", ",".join(["timm-eager", *CPU_PATHS]),
-         "--output", str(output), "--logs", str(logs)],
-        env={**os.environ, "PYTHONPATH": REPOSITORY}, capture_output=True, text=True, timeout=1200,
-    )
+@pytest.fixture(scope="module")
+def cpu_smoke_run(tmp_path_factory):
+    """(the finished `--cpu --smoke` process over every path: returncode, stdout and stderr; its output
+    JSON path; its logs folder). Minutes of CPU, so run once per session: pytest-xdist's workers
+    share it through a folder of the session's and a lock, as pytest-xdist's documentation does."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        folder = tmp_path_factory.getbasetemp().parent / "cpu_smoke"
+        folder.mkdir(exist_ok=True)
+    else:
+        folder = tmp_path_factory.mktemp("cpu_smoke")
+    output, logs, result = folder / "rows.json", folder / "logs", folder / "process.json"
+    with open(folder / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not result.exists():
+            logs.mkdir()
+            done = subprocess.run(
+                [sys.executable, SCRIPT, "--cpu", "--smoke", "--alive", "3", "--workers",
+                 ",".join(["timm-eager", *CPU_PATHS]), "--output", str(output), "--logs", str(logs)],
+                env={**os.environ, "PYTHONPATH": REPOSITORY}, capture_output=True, text=True, timeout=1200,
+            )
+            result.write_text(json.dumps(dict(returncode=done.returncode, stdout=done.stdout, stderr=done.stderr)))
+    return types.SimpleNamespace(**json.loads(result.read_text())), output, logs
+
+
+def test_cpu_smoke_run_times_every_training_step_in_turns(cpu_smoke_run):
+    done, output, logs = cpu_smoke_run
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(output.read_text())
     rows = {row["path"]: row for row in result["rows"]}
@@ -106,7 +128,35 @@ def test_cpu_smoke_run_times_every_training_step_in_turns(tmp_path):
         f"smoke-{path}.log" for path in ["timm-eager", "matmul-ceiling", *CPU_PATHS])
 
 
-@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="JAX is not installed")
+def test_every_cpu_lever_took_effect_in_the_worker_that_runs_it(cpu_smoke_run):
+    """Each worker reports what it observed once its step had run (`levers` of its row): the dtype its
+    step computed in, and what XLA compiled. A lever whose flag did not apply (once: JAX's
+    `--xla_disable_hlo_passes=fusion` placed after a word that ends XLA's flag parsing) would
+    otherwise be timed as the path without it. What each path must show is read from its name."""
+    done, output, _ = cpu_smoke_run
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    levers = {row["path"]: row["levers"] for row in json.loads(output.read_text())["rows"]}
+    assert set(levers) == {"timm-eager", *CPU_PATHS}
+    for path in ["timm-eager", "timm-bf16"]:  # torch.autocast(bfloat16) on or off
+        expected = "bfloat16" if path.endswith("-bf16") else "float32"
+        assert levers[path]["logits_dtype"] == expected, (path, levers[path])
+    for path in [path for path in CPU_PATHS if path.startswith("keras-")]:
+        seen = levers[path]
+        # mixed_bfloat16: the MLP computes in bfloat16; the residual stream is float32 but for the lever.
+        assert seen["compute_dtype"] == ("bfloat16" if "-bf16" in path else "float32"), (path, seen)
+        assert seen["residual_stream"] == ("bfloat16" if path.endswith("-half-stream") else "float32"), (path, seen)
+        if path.startswith("keras-jax"):
+            # XLA:CPU's fusion pass puts a chain of elementwise ops into one kernel; with the pass
+            # off each op sits alone in its own (1 instruction).
+            if path.endswith("-no-fusion"):
+                assert seen["largest_xla_fusion"] == 1, (path, seen)
+            else:
+                assert seen["largest_xla_fusion"] > 1, (path, seen)
+        else:
+            # jit_compile=True: TensorFlow's runtime must compile the training step with XLA.
+            assert (seen["xla_compiled_steps"] > 0) == ("-xla" in path), (path, seen)
+
+
 def test_the_fusion_profile_reports_step_time_and_the_compiled_steps_fusions():
     """scripts/profile_fusion.py (docs/benchmarks.md, "Why JAX is slower here") on a tiny CaiT."""
     script = os.path.join(REPOSITORY, "scripts", "profile_fusion.py")

@@ -1,7 +1,7 @@
 """weights="imagenet" through the Hugging Face cache, the one timm fills.
 
 A fake hub on 127.0.0.1 (HF_ENDPOINT) answers as huggingface.co does
-(tests/fake_hf_hub.py); one test runs a fresh process, where huggingface_hub reads
+(tests/weights/fake_hf_hub.py); one test runs a fresh process, where huggingface_hub reads
 the HF_* variables itself.
 """
 
@@ -16,7 +16,7 @@ import pytest
 import keras_cait
 from keras_cait.weights import CHECKPOINTS, hf_cache
 from keras_cait.weights.registry import HUB_URL_ENV, TAG
-from tests.fake_hf_hub import (  # noqa: F401  (hf, hub: fixtures)
+from tests.weights.fake_hf_hub import (  # noqa: F401  (hf, hub: fixtures)
     COMMIT, HF_VARIABLES, UNREACHABLE, FakeHub, hf, hub, load_in_a_fresh_process, sha256,
     unreachable_url,
 )
@@ -39,12 +39,12 @@ def listing(folder):
     return found
 
 
+@pytest.mark.large
 def test_imagenet_downloads_into_the_hugging_face_cache_verified_by_the_blob_name(
-    hf, hub, keras_cache, timm_reference, monkeypatch
+    hf, hub, keras_cache, timm_reference, timm_checkpoint, monkeypatch
 ):
     monkeypatch.setitem(CHECKPOINTS["cait_xxs24_224"], "sha256", None)  # verified by the hub's hash
-    reference = timm_reference.model("cait_xxs24_224")
-    body = timm_reference.save(reference).read_bytes()
+    reference, body = timm_checkpoint("cait_xxs24_224")
     hub.serve("cait_xxs24_224", body)
     hf.set(HF_TOKEN="hf_secret")
     images = timm_reference.images(2, 224)
@@ -66,11 +66,12 @@ def test_imagenet_downloads_into_the_hugging_face_cache_verified_by_the_blob_nam
     assert os.listdir(keras_cache) == [f"cait_xxs24_224.{TAG}.weights.h5"]
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("where", ["in_transit", "on_disk"])
 def test_a_blob_whose_bytes_differ_from_its_name_is_refused_removed_and_nothing_cached(
-    hf, hub, keras_cache, timm_reference, where
+    hf, hub, keras_cache, timm_reference, timm_checkpoint, where
 ):
-    body = timm_reference.save(timm_reference.model("cait_xxs24_384")).read_bytes()
+    _, body = timm_checkpoint("cait_xxs24_384")
     altered = bytearray(body)
     altered[len(body) // 3] ^= 0x01  # same size, still a valid safetensors file
     blob = hf.repo("cait_xxs24_384") / "blobs" / sha256(body)
@@ -94,10 +95,11 @@ def test_a_blob_whose_bytes_differ_from_its_name_is_refused_removed_and_nothing_
     assert not os.path.exists(keras_cache) or os.listdir(keras_cache) == []
 
 
-def test_the_pinned_sha256_wins_over_the_blob_name(hf, hub, keras_cache, timm_reference):
+@pytest.mark.large
+def test_the_pinned_sha256_wins_over_the_blob_name(hf, hub, keras_cache, timm_checkpoint):
     """cait_xxs24_224's real hash is pinned: an intact hub file with another hash is refused
     (and left to timm: its bytes match its name)."""
-    body = timm_reference.save(timm_reference.model("cait_xxs24_224")).read_bytes()
+    _, body = timm_checkpoint("cait_xxs24_224")
     hub.serve("cait_xxs24_224", body)
 
     with pytest.raises(OSError, match="not the ones keras_cait expects") as error:
@@ -112,6 +114,7 @@ def no_probe(monkeypatch):
     monkeypatch.setattr(hf_cache, "unreachable", lambda url: pytest.fail(f"probed {url}"))
 
 
+@pytest.mark.large
 def test_offline_with_nothing_cached_names_the_cache_and_sends_no_request(
     hf, hub, keras_cache, monkeypatch
 ):
@@ -127,13 +130,14 @@ def test_offline_with_nothing_cached_names_the_cache_and_sends_no_request(
     assert not os.path.exists(keras_cache) or os.listdir(keras_cache) == []
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("route", ["without_huggingface_hub", "keras_cait_hub_url"])
 def test_the_own_downloader_is_used_without_huggingface_hub_or_with_keras_cait_hub_url(
-    hf, hub, keras_cache, timm_reference, route
+    hf, hub, keras_cache, timm_reference, timm_checkpoint, route
 ):
     from keras_cait.weights import registry
 
-    body = timm_reference.save(timm_reference.model("cait_xxs24_384")).read_bytes()
+    _, body = timm_checkpoint("cait_xxs24_384")
     hub.serve("cait_xxs24_384", body)
     with pytest.MonkeyPatch.context() as patch:  # undone before `hf` reloads huggingface_hub's settings
         if route == "without_huggingface_hub":
@@ -150,12 +154,15 @@ def test_the_own_downloader_is_used_without_huggingface_hub_or_with_keras_cait_h
     assert os.listdir(keras_cache) == [f"cait_xxs24_384.{TAG}.weights.h5"]
 
 
-def test_a_file_timm_downloaded_loads_in_a_fresh_offline_process(hf, hub, tmp_path, timm_reference):
+@pytest.mark.large
+def test_a_file_timm_downloaded_loads_in_a_fresh_offline_process(
+    hf, hub, tmp_path, timm_reference, timm_checkpoint
+):
     """timm fills the cache through the fake hub; the hub goes away; a new process with
     HF_HUB_OFFLINE=1 builds the model from that file and computes timm's logits."""
     import timm
 
-    body = timm_reference.save(timm_reference.model("cait_xxs24_384")).read_bytes()
+    _, body = timm_checkpoint("cait_xxs24_384")
     hub.serve("cait_xxs24_384", body)
     downloaded_by_timm = timm.create_model("cait_xxs24_384", pretrained=True).eval()
     hub.close()
@@ -178,13 +185,14 @@ def test_a_file_timm_downloaded_loads_in_a_fresh_offline_process(hf, hub, tmp_pa
     assert len([request for request in hub.requests if request[0] == "GET"]) == 1, "timm's download only"
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("offline", [False, True], ids=["online", "offline"])
 def test_a_cache_without_symlinks_is_verified_by_the_hubs_hash_or_refused_offline(
-    hf, hub, keras_cache, timm_reference, offline
+    hf, hub, keras_cache, timm_reference, timm_checkpoint, offline
 ):
     """huggingface_hub without symlinks (Windows without developer mode) keeps the file under
     the snapshot's name, no blob named by its sha256: the hash is asked from the hub."""
-    body = timm_reference.save(timm_reference.model("cait_xxs24_384")).read_bytes()
+    _, body = timm_checkpoint("cait_xxs24_384")
     hub.serve("cait_xxs24_384", body)
     repo = hf.repo("cait_xxs24_384")
     (repo / "refs").mkdir(parents=True)
@@ -208,6 +216,7 @@ def test_a_cache_without_symlinks_is_verified_by_the_hubs_hash_or_refused_offlin
     assert not os.path.exists(keras_cache) or os.listdir(keras_cache) == []
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("kind", UNREACHABLE)
 def test_an_unreachable_hub_fails_at_once_after_one_connection_attempt(tmp_path, kind):
     """Nothing cached, no network: one connect tells, where huggingface_hub retried five times
@@ -229,15 +238,15 @@ def test_an_unreachable_hub_fails_at_once_after_one_connection_attempt(tmp_path,
     assert "weights='/path/to/model.safetensors'" in outcome["message"]
 
 
+@pytest.mark.large
 def test_a_cached_file_loads_without_network_and_without_a_probe(
-    hf, hub, keras_cache, timm_reference, monkeypatch
+    hf, hub, keras_cache, timm_reference, timm_checkpoint, monkeypatch
 ):
     """HF_HUB_OFFLINE not set, the hub gone: huggingface_hub's one failed request (no retry)
     falls back to the cached file; keras_cait does not probe."""
     import huggingface_hub
 
-    reference = timm_reference.model("cait_xxs24_384")
-    body = timm_reference.save(reference).read_bytes()
+    reference, body = timm_checkpoint("cait_xxs24_384")
     hub.serve("cait_xxs24_384", body)
     huggingface_hub.hf_hub_download(f"timm/cait_xxs24_384.{TAG}", "model.safetensors")
     hub.close()

@@ -1,6 +1,6 @@
 """Downloads that stay bounded, a cache that heals, and one download per cache entry.
 
-The hub is tests/test_weights.py's loopback server; its `responders` answer as a
+The hub is tests/weights/test_weights.py's loopback server; its `responders` answer as a
 hostile or broken server would. Every server loop is bounded, so a download that
 fails to stop ends the test with a wrong byte count rather than hanging it.
 """
@@ -18,8 +18,8 @@ import pytest
 import keras_cait
 from keras_cait.weights import DownloadError, download, hf_cache
 from keras_cait.weights.registry import HUB_URL_ENV, TAG
-from tests.fake_hf_hub import UNREACHABLE, load_in_a_fresh_process, unreachable_url
-from tests.test_weights import Hub, cached_files, hub, hub_headers, logits  # noqa: F401  (hub: the fixture)
+from tests.weights.fake_hf_hub import UNREACHABLE, load_in_a_fresh_process, unreachable_url
+from tests.weights.test_weights import Hub, cached_files, hub, hub_headers, logits  # noqa: F401  (hub: the fixture)
 
 ARCH = "cait_xxs24_384"
 A_HASH = {"X-Linked-Etag": f'"{"ab" * 32}"'}
@@ -180,6 +180,7 @@ def test_network_failures_are_one_error_type_naming_the_url_and_the_fix(hub, tmp
         stop.set()
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("kind", UNREACHABLE)
 def test_an_unreachable_mirror_fails_at_once_after_one_connection_attempt(tmp_path, kind):
     """keras_cait's own downloader makes no retries: a name that does not resolve or a refused
@@ -197,6 +198,7 @@ def test_an_unreachable_mirror_fails_at_once_after_one_connection_attempt(tmp_pa
     assert ADVICE in outcome["message"]
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("entry", ["another_variant", "a_folder"])
 def test_a_cache_entry_that_does_not_fit_is_downloaded_again(
     hub, keras_cache, timm_reference, tiny_cait, entry
@@ -290,6 +292,7 @@ def lock_is_free(keras_cache):
             return False
 
 
+@pytest.mark.large
 def test_two_processes_filling_one_cache_download_once(hub, keras_cache, timm_reference):
     body = timm_reference.save(timm_reference.model(ARCH)).read_bytes()
     respond, started, release = gated(body)
@@ -315,6 +318,7 @@ def test_two_processes_filling_one_cache_download_once(hub, keras_cache, timm_re
     assert cached_files(keras_cache) == [f"{ARCH}.{TAG}.weights.h5"]
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("signal_number", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
 def test_a_cache_filler_stopped_mid_download_blocks_no_one_and_leaves_nothing_used(
     hub, keras_cache, timm_reference, signal_number

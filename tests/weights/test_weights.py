@@ -102,6 +102,7 @@ def cached_files(cache):
     return sorted(os.listdir(cache)) if os.path.isdir(cache) else []
 
 
+@pytest.mark.large
 def test_imagenet_downloads_once_verifies_the_pinned_hash_and_caches_keras_weights(
     hub, keras_cache, timm_reference, monkeypatch
 ):
@@ -124,6 +125,7 @@ def test_imagenet_downloads_once_verifies_the_pinned_hash_and_caches_keras_weigh
     np.testing.assert_array_equal(logits(second, images), logits(first, images))
 
 
+@pytest.mark.large
 def test_pinned_sha256_wins_over_the_server(hub, keras_cache, timm_reference):
     """cait_xxs24_224's real hash is pinned: a file with another hash is refused, even
     when the server vouches for it."""
@@ -138,6 +140,7 @@ def test_pinned_sha256_wins_over_the_server(hub, keras_cache, timm_reference):
     assert cached_files(keras_cache) == []
 
 
+@pytest.mark.large
 def test_384_request_takes_the_384_checkpoint_verified_by_the_hub_headers(
     hub, keras_cache, timm_reference
 ):
@@ -157,6 +160,7 @@ def test_384_request_takes_the_384_checkpoint_verified_by_the_hub_headers(
     assert cached_files(keras_cache) == [f"cait_xxs24_384.{TAG}.weights.h5"]
 
 
+@pytest.mark.large
 def test_unreleased_resolution_takes_the_nearest_checkpoint_and_resizes(
     hub, keras_cache, timm_reference
 ):
@@ -193,6 +197,7 @@ def test_corrupted_download_fails_the_hash_check_and_leaves_the_cache_clean(
     assert cached_files(keras_cache) == []
 
 
+@pytest.mark.large
 @pytest.mark.parametrize(
     "header", ["Content-Length", "X-Linked-Size"], ids=["content_length", "x_linked_size"]
 )
@@ -210,7 +215,7 @@ def test_truncated_download_fails_and_leaves_the_cache_clean(hub, keras_cache, t
 
 def test_file_of_another_variant_is_refused_naming_the_keys(hub, keras_cache, timm_reference):
     """A shallower CaiT's file (a larger one, such as XXS36's, is refused by its size first:
-    tests/test_download.py)."""
+    tests/weights/test_download.py)."""
     shallower = timm_reference.model(img_size=384, embed_dim=192, depth=20, num_heads=4, init_values=1e-5)
     body = timm_reference.save(shallower).read_bytes()
     hub.serve("cait_xxs24_384", body, {"X-Linked-Etag": sha256(body)})
@@ -319,6 +324,7 @@ def test_timm_checkpoint_whose_grid_fits_no_token_count_is_refused(timm_referenc
         load_weights_file(tiny_cait(input_shape=(64, 64, 3)), path)
 
 
+@pytest.mark.large
 def test_a_file_missing_on_the_server_is_reported_with_its_status(hub, keras_cache):
     with pytest.raises(ConnectionError, match=r"answered 404 .*cait_xxs24_224\.fb_dist_in1k.*weights='/path/to/model\.safetensors'"):
         keras_cait.CaiT_XXS24(weights="imagenet")
@@ -329,6 +335,7 @@ def hub_headers(body):
     return {"X-Linked-Etag": f'"{sha256(body)}"', "X-Linked-Size": str(len(body))}
 
 
+@pytest.mark.large
 def test_hash_from_the_hubs_redirect_verifies_the_cdn_body(hub, keras_cache, timm_reference):
     reference = timm_reference.model("cait_xxs24_384")
     body = timm_reference.save(reference).read_bytes()
@@ -345,6 +352,7 @@ def test_hash_from_the_hubs_redirect_verifies_the_cdn_body(hub, keras_cache, tim
     assert cached_files(keras_cache) == [f"cait_xxs24_384.{TAG}.weights.h5"]
 
 
+@pytest.mark.large
 def test_altered_cdn_body_is_refused_by_the_hubs_hash(hub, keras_cache, timm_reference):
     body = timm_reference.save(timm_reference.model("cait_xxs24_384")).read_bytes()
     altered = bytearray(body)
@@ -387,6 +395,7 @@ def test_an_unreadable_safetensors_file_is_named_in_the_error(tmp_path, tiny_cai
     assert str(path) in str(error.value)
 
 
+@pytest.mark.large
 def test_a_truncated_cached_weights_file_is_downloaded_again(hub, keras_cache, timm_reference):
     body = timm_reference.save(timm_reference.model("cait_xxs24_384")).read_bytes()
     hub.serve_via_cdn("cait_xxs24_384", body, hub_headers(body))
@@ -415,6 +424,7 @@ def test_a_truncated_keras_weights_file_is_named_in_the_error(tmp_path, tiny_cai
     assert path in str(error.value)
 
 
+@pytest.mark.large
 def test_stale_downloads_of_dead_processes_are_removed(hub, keras_cache, timm_reference):
     body = timm_reference.save(timm_reference.model("cait_xxs24_384")).read_bytes()
     hub.serve_via_cdn("cait_xxs24_384", body, hub_headers(body))
@@ -445,6 +455,7 @@ def test_official_pth_names_are_the_files_the_cait_authors_released():
     ]
 
 
+@pytest.mark.large
 def test_a_relative_redirect_within_the_hub_is_followed_for_the_hash(hub, keras_cache, timm_reference):
     body = timm_reference.save(timm_reference.model("cait_xxs24_384")).read_bytes()
     hub.serve_via_cdn("cait_xxs24_384", body, hub_headers(body))
@@ -493,6 +504,7 @@ def test_a_pth_with_pickled_objects_is_refused_without_advice_to_run_them(tmp_pa
     assert "weights_only=False" not in str(error.value)
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("value", [np.nan, np.inf])
 @pytest.mark.parametrize("kind", ["safetensors", "weights.h5"])
 def test_weights_holding_nan_or_inf_are_refused_naming_the_tensor(

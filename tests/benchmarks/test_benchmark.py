@@ -5,7 +5,11 @@ import os
 import subprocess
 import sys
 
-REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import pytest
+
+pytestmark = pytest.mark.large
+
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPOSITORY, "scripts", "benchmark.py")
 # torch.compile is left out: minutes of C++ compilation on a 2-core CPU for no extra code path here.
 PATHS = ["timm-eager", "timm-autocast-bf16", "ort-timm-onnx", "openvino-timm-onnx", "openvino-timm-onnx-bf16",

@@ -5,7 +5,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from PIL import Image
+
+pytestmark = pytest.mark.large
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPOSITORY, "scripts", "benchmark_input.py")
