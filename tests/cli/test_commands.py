@@ -143,3 +143,69 @@ def test_train_finetune_and_evaluate_are_subcommands_with_their_own_flags(capsys
         "keras-cait train: the following arguments are required: --data, --output-dir; "
         "see keras-cait train --help\n"
     )
+
+
+@pytest.fixture(scope="module")
+def saved_classifier(tmp_path_factory):
+    """A tiny random CaiT of 4 named classes saved as a .keras file, and the model."""
+    from keras_cait.model import build_cait
+    from tests.conftest import TINY_CAIT, TINY_SIZE
+    from tests.layers.reference import randomize
+
+    model = build_cait(**TINY_CAIT, input_shape=(TINY_SIZE, TINY_SIZE, 3), classes=4)
+    randomize(model, seed=5, scale=0.2)
+    model.class_names = ["wolf", "ant", "yak", "emu"]
+    path = tmp_path_factory.mktemp("saved") / "model.keras"
+    model.save(path)
+    return str(path), model
+
+
+@pytest.mark.large
+@pytest.mark.parametrize("name", ["model.onnx", "model.tflite", "model.xml"])
+def test_export_takes_a_keras_file_for_every_file_format(saved_classifier, name, tmp_path, capsys):
+    path, model = saved_classifier
+    images = np.random.default_rng(0).uniform(0, 255, (2, 32, 32, 3)).astype("float32")
+    main(["export", str(tmp_path / name), "--model", path])
+    assert capsys.readouterr().out.strip() == f"wrote {tmp_path / name}"
+    if name.endswith(".onnx"):
+        import onnxruntime
+
+        session = onnxruntime.InferenceSession(str(tmp_path / name))
+        scores = session.run(None, {session.get_inputs()[0].name: images})[0]
+    elif name.endswith(".tflite"):
+        from ai_edge_litert.interpreter import Interpreter
+
+        interpreter = Interpreter(str(tmp_path / name))
+        runner = interpreter.get_signature_runner()
+        scores = next(iter(runner(**{next(iter(runner.get_input_details())): images}).values()))
+    else:
+        import openvino
+
+        # float32 as documented: on a CPU with bfloat16 units OpenVINO would compute in bf16
+        compiled = openvino.Core().compile_model(
+            str(tmp_path / name), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        scores = compiled(images)[0]
+    np.testing.assert_allclose(scores, model.predict(images, verbose=0), atol=1e-4)
+
+
+def test_predict_prints_the_class_names_a_keras_file_carries(saved_classifier, tmp_path, capsys):
+    path, model = saved_classifier
+    image = str(tmp_path / "noise.png")
+    Image.fromarray(np.random.default_rng(1).integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(image)
+    main(["predict", image, "--model", path])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == image
+    from keras_cait.preprocessing import load_image
+
+    scores = model.predict(load_image(image, 32)[None], verbose=0)[0]
+    best = [model.class_names[i] for i in np.argsort(-scores)]
+    assert [line.split()[1] for line in lines[1:]] == best  # all 4 of 4, best first, by name
+
+
+def test_a_keras_file_with_weights_is_refused_naming_both(saved_classifier, tmp_path, capsys):
+    path, _ = saved_classifier
+    with pytest.raises(SystemExit):
+        main(["export", str(tmp_path / "serving" / "1"), "--model", path, "--weights", "none"])
+    error = capsys.readouterr().err
+    assert f"--weights none applies to a CaiT name; --model {path} holds its own weights" in error
+    assert not (tmp_path / "serving").exists()
