@@ -224,3 +224,19 @@ def write_digits(directory, per_class=None, size=32, classes=range(10)):
 def digits():
     """`write_digits`, for tests that make their own folders of real images."""
     return write_digits
+
+
+# The longest modules first: pytest-xdist hands tests out in collection order, and a long test
+# handed out last keeps one worker busy while the other has nothing left (the training
+# matrix's JAX cells alone take about 5 minutes).
+LONGEST_FIRST = ("tests/training/test_training_matrix.py", "tests/test_parity.py", "tests/cli/test_demo.py",
+                 "tests/benchmarks/test_benchmark_training.py")
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item):
+        module = item.nodeid.split("::")[0]
+        return LONGEST_FIRST.index(module) if module in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: each module stays whole and in its order
+
