@@ -134,9 +134,10 @@ def predict(args):
     check_range("--top", args.top, 1, classes, example=min(5, classes))
     top = args.top or min(5, classes)
     probabilities = np.asarray(model.predict(images, verbose=0), "float32")
-    names = class_names_of(model) or [f"class {index}" for index in range(classes)]
     if getattr(model, "class_names", None) is None and classes == IMAGENET_CLASSES:
-        names = [f"{name} ({wnid})" for wnid, name in imagenet_classes()]
+        names = [f"{name} ({wnid})" for wnid, name in imagenet_classes()]  # with WordNet ids
+    else:
+        names = class_names_of(model) or [f"class {index}" for index in range(classes)]
     for path, scores in zip(args.images, probabilities):
         print(path)
         for index in np.argsort(-scores, kind="stable")[:top]:
