@@ -1,26 +1,33 @@
-"""Training throughput of CaiT: Keras (JAX backend, mixed_bfloat16, model.fit) vs timm (AMP bf16).
+"""Training throughput of CaiT: keras_cait (JAX, mixed_bfloat16) vs timm (AMP bf16), timed in turns.
 
-For each model (CaiT-S24 and CaiT-XXS24 at 224 by default) it measures, on the
-same machine and with the same batch, in a fresh process each:
+Every path is one persistent worker process, loaded (compiled, warmed up) before
+any timing, then timed in turns by the harness that scripts/benchmark.py uses
+(scripts/bench_harness.py): `--rounds` rounds in which each path trains for
+`--seconds` while the others wait, the order rotated each round. A path's
+images/s is the median of its rounds; its ratio to timm eager the median of the
+per-round ratios, so both sides of a ratio saw the same machine. Each step is one
+training step on a fixed random batch already on the device (forward + backward +
+AdamW with weight decay 0.05 off biases, norms, LayerScale, pos_embed and
+cls_token; drop path 0.1; cross-entropy on logits); the input pipeline is not
+measured. keras_cait's step is `train_on_batch`, the step `model.fit` runs.
 
-    keras         keras_cait model under "mixed_bfloat16", model.fit, XLA (JAX backend)
+On a GPU (the default), for CaiT-S24 and CaiT-XXS24 at 224, batch 128 (the
+paper's per GPU), the three paths side by side on the one GPU:
+
+    keras         keras_cait under "mixed_bfloat16", XLA (JAX backend)
     timm-eager    timm's model, torch.autocast(bfloat16), timm's AdamW param groups
     timm-compile  the same under torch.compile
 
-and reports images/s, the time per step and the model FLOP utilisation (MFU):
-3 × forward FLOPs per image (forward + backward) × images/s / the GPU's peak
-dense bf16 rate. Forward FLOPs are counted analytically (matmuls and the patch
-convolution, as torch's FlopCounterMode counts them). Data are random images
-already on the device, so the input pipeline is not measured. Both use AdamW
-with weight decay 0.05 off biases, norms, LayerScale, pos_embed and cls_token,
-and a cross-entropy on logits.
+and reports images/s, the time per step, the model FLOP utilisation (MFU: 3 ×
+forward FLOPs per image × images/s / the GPU's dense bf16 peak from its
+datasheet) and each worker's peak GPU memory. Forward FLOPs are counted
+analytically (matmuls and the patch convolution, as torch's FlopCounterMode
+counts them). On the GPU machine (PyTorch, JAX and timm, no TensorFlow):
 
-On the GPU machine (PyTorch, JAX and timm, no TensorFlow):
+    python scripts/benchmark_training.py --output training_gpu.json
 
-    KERAS_BACKEND=jax python scripts/benchmark_training.py --output results.json
-
-`--smoke` runs a tiny CaiT at 32×32 for a few steps on whatever device there is
-(CPU here), to check every path and the FLOP count against FlopCounterMode.
+`--smoke` runs a tiny CaiT at 32×32 on whatever device there is (the CPU here)
+through every path, and checks the FLOP count against FlopCounterMode.
 
 On a CPU (`--cpu`), every path is one persistent worker timed in turns by the
 harness that scripts/benchmark.py uses (scripts/bench_harness.py): one training
@@ -166,77 +173,149 @@ def timm_training_step(config, classes, architecture, image_size, batch_size, de
     return model, step
 
 
-# === GPU: one fresh process per path, timed alone ===
+# === GPU: the three paths loaded side by side, timed in turns ===
 
 
-def run_keras(args):
-    os.environ["KERAS_BACKEND"] = "jax"
-    import jax
-    import keras
-    import numpy as np
-
-    if keras.backend.backend() != "jax":
-        raise RuntimeError(f"Keras runs on {keras.backend.backend()}; set KERAS_BACKEND=jax.")
-    config, classes, _ = _config(args)
-    model = keras_training_model(config, classes, args.image_size, "mixed_bfloat16", jit_compile=True)
-    rng = np.random.default_rng(0)
-    images = jax.device_put(rng.integers(0, 256, (args.batch_size, args.image_size,
-                                                  args.image_size, 3), dtype=np.uint8))
-    labels = jax.device_put(np.eye(classes, dtype="float32")[rng.integers(0, classes, args.batch_size)])
-
-    def batches():
-        while True:
-            yield images, labels
-
-    model.fit(batches(), steps_per_epoch=args.warmup, epochs=1, verbose=0)  # compiles
-    start = time.perf_counter()
-    history = model.fit(batches(), steps_per_epoch=args.steps, epochs=1, verbose=0)
-    seconds = time.perf_counter() - start  # fit ends by reading the loss: the steps are done
-    return dict(seconds=seconds, loss=float(history.history["loss"][-1]),
-                device=jax.devices()[0].device_kind, framework=f"keras {keras.__version__} "
-                f"(jax {jax.__version__}), mixed_bfloat16, model.fit, XLA",
-                tensorflow_loaded="tensorflow" in sys.modules)
+GPU_LABELS = {
+    "keras": "keras_cait, JAX (XLA), `mixed_bfloat16`",
+    "timm-eager": "timm eager, `torch.autocast(bfloat16)`",
+    "timm-compile": "timm + torch.compile, `torch.autocast(bfloat16)`",
+}
+# Three training workers share one GPU: none takes the whole memory up front.
+GPU_ENVIRONMENT = {"KERAS_BACKEND": "jax", "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+                   "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
 
 
-def run_timm(args, compiled):
+def gpu_training_step(path, config, classes, architecture, image_size, batch_size, smoke):
+    """(`run(_) -> loss` of one training step of `path` on a fixed random batch already on the
+    device, `levers() -> dict` of what the worker ran on and with). Returning the loss as a
+    number waits for the step, on either framework."""
+    if path == "keras":
+        import jax
+        import keras
+        import numpy as np
+
+        if keras.backend.backend() != "jax":
+            raise RuntimeError(f"Keras runs on {keras.backend.backend()}; set KERAS_BACKEND=jax.")
+        model = keras_training_model(config, classes, image_size, "mixed_bfloat16", jit_compile=True)
+        rng = np.random.default_rng(0)
+        images = jax.device_put(rng.integers(0, 256, (batch_size, image_size, image_size, 3)).astype("float32"))
+        labels = jax.device_put(np.eye(classes, dtype="float32")[rng.integers(0, classes, batch_size)])
+
+        def levers():
+            device = jax.devices()[0]
+            block = model.get_layer("self_attention_block_0")
+            return {"device": device.device_kind, "tensorflow_loaded": "tensorflow" in sys.modules,
+                    "framework": f"keras {keras.__version__} (jax {jax.__version__}), mixed_bfloat16, "
+                                 "train_on_batch (fit's step), XLA",
+                    "compute_dtype": block.mlp_dense_1.dtype_policy.compute_dtype,
+                    "device_peak_memory_mb": (device.memory_stats() or {}).get("peak_bytes_in_use", 0) / 2**20}
+
+        return lambda _: np.asarray(model.train_on_batch(images, labels), "float32"), levers
     import timm
     import torch
 
-    config, classes, architecture = _config(args)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model, step = timm_training_step(config, classes, architecture, args.image_size, args.batch_size, device,
-                                     compiled, bfloat16=True)
+    model, step = timm_training_step(config, classes, architecture, image_size, batch_size, device,
+                                     compiled=path == "timm-compile", bfloat16=True)
 
-    def synchronize():
-        if device == "cuda":
-            torch.cuda.synchronize()
+    def levers():
+        seen = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+                "framework": f"timm {timm.__version__} (torch {torch.__version__}), AMP bfloat16, "
+                             + ("torch.compile" if path == "timm-compile" else "eager"),
+                "device_peak_memory_mb": torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else 0,
+                **timm_levers(step)}
+        if smoke and path == "timm-eager":
+            seen["counted_forward_flops"] = counted_forward_flops(model, image_size, device)
+        return seen
 
-    for _ in range(args.warmup):
-        step()
-    synchronize()
+    return lambda _: step().detach().float().cpu().numpy(), levers
+
+
+def counted_forward_flops(model, image_size, device):
+    """torch's FlopCounterMode on one image: the check of `forward_flops`."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    # Count the attention matmuls as explicit matmuls: torch's fused attention kernel
+    # (scaled_dot_product_attention) is not counted by FlopCounterMode on every build and
+    # device, and the analytic formula counts q·kᵀ and attn·v like any other matmul.
+    for module in model.modules():
+        if hasattr(module, "fused_attn"):
+            module.fused_attn = False
+    counter = FlopCounterMode(display=False)
+    with counter:
+        model.eval()(torch.zeros(1, 3, image_size, image_size, device=device))
+    model.train()
+    return counter.get_total_flops()
+
+
+def gpu_worker(args):
+    channel = bench_harness.protocol_channel()
     start = time.perf_counter()
-    for _ in range(args.steps):
-        loss = step()
-    synchronize()
-    seconds = time.perf_counter() - start
-    name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
-    result = dict(seconds=seconds, loss=float(loss), device=name,
-                  framework=f"timm {timm.__version__} (torch {torch.__version__}), AMP bfloat16"
-                  + (", torch.compile" if compiled else ", eager"))
-    if args.smoke and not compiled:
-        from torch.utils.flop_counter import FlopCounterMode
+    config, classes, architecture = _config(args)
+    run, levers = gpu_training_step(args.worker, config, classes, architecture, args.image_size,
+                                    args.batch_size, args.smoke)
+    bench_harness.serve(channel, run, {args.batch_size: None}, warmups=args.warmup, started=start, levers=levers)
 
-        # Count the attention matmuls as explicit matmuls: torch's fused attention kernel
-        # (scaled_dot_product_attention) is not counted by FlopCounterMode on every build and
-        # device, and the analytic formula counts q·kᵀ and attn·v like any other matmul.
-        for module in model.modules():
-            if hasattr(module, "fused_attn"):
-                module.fused_attn = False
-        counter = FlopCounterMode(display=False)
-        with counter:
-            model.eval()(torch.zeros(1, 3, args.image_size, args.image_size, device=device))
-        result["counted_forward_flops"] = counter.get_total_flops()
-    return result
+
+def measure_gpu(args, logs):
+    """Rows of the GPU run: per model, every path loaded side by side (compiled, warmed up), then
+    timed in turns over `--rounds` rounds; each ratio is the median of per-round ratios."""
+    rows = []
+    paths = args.workers.split(",")
+    for model in ["smoke"] if args.smoke else args.models.split(","):
+        config, classes, _ = _config(argparse.Namespace(**{**vars(args), "model": model}))
+        flops = forward_flops(args.image_size, config.get("patch_size", 16), config["embed_dim"],
+                              config["depth"], config["num_heads"], classes)
+        arguments = ["--model", model, "--batch-size", str(args.batch_size), "--image-size", str(args.image_size),
+                     "--warmup", str(args.warmup)] + (["--smoke"] if args.smoke else [])
+        workers = {path: Worker(__file__, path, arguments, os.path.join(logs, f"{model}-{path}.log"),
+                                environment=GPU_ENVIRONMENT) for path in paths}
+        load_all(workers, model)
+        speeds, _, memory = timed_rounds(workers, paths, [args.batch_size], args.rounds, args.seconds, model)
+        for worker in workers.values():
+            worker.close()
+        for path in paths:
+            ready, rounds = workers[path].ready, speeds[args.batch_size, path]
+            levers = ready["levers"]
+            images_per_second = statistics.median(rounds)
+            peak = args.peak_tflops or peak_tflops(levers["device"])
+            achieved = 3 * flops * images_per_second / 1e12
+            reference = speeds.get((args.batch_size, "timm-eager"))
+            rows.append(dict(
+                model=model, path=path, label=GPU_LABELS[path], batch_size=args.batch_size,
+                image_size=args.image_size, images_per_second=images_per_second, rounds=rounds,
+                step_ms=1000 * args.batch_size / images_per_second,
+                ratio_to_timm_eager=median_ratios(rounds, reference) if reference else None,
+                train_tflops=achieved, peak_tflops=peak, mfu=achieved / peak if peak else None,
+                forward_gflops_per_image=flops / 1e9, loss=float(ready["outputs"][str(args.batch_size)]),
+                load_seconds=ready["load_seconds"], peak_memory_mb=memory[path], **levers,
+            ))
+        if args.output:  # what is measured so far, should a later model not finish
+            bench_harness.write_json({"rows": rows}, args.output)
+    return rows
+
+
+def markdown(rows, machine):
+    lines = [
+        "| model | path | batch | images/s | ms/step | train TFLOP/s (3× forward) | MFU | × timm eager "
+        "| GPU memory |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        mfu = f"{100 * r['mfu']:.1f} %" if r["mfu"] is not None else "n/a"
+        ratio = f"{r['ratio_to_timm_eager']:.2f}×" if r["ratio_to_timm_eager"] is not None else "n/a"
+        lines.append(
+            f"| CaiT-{r['model']} {r['image_size']} | {r['label']} | {r['batch_size']} | "
+            f"{r['images_per_second']:.0f} | {r['step_ms']:.1f} | {r['train_tflops']:.1f} | {mfu} | {ratio} "
+            f"| {r['device_peak_memory_mb'] / 1024:.1f} GB |"
+        )
+    lines.append("")
+    lines.append(f"{rows[0]['device']}; {machine['rounds']} rounds × {machine['seconds_per_turn']:g} s per "
+                 f"turn, {machine['wall_seconds'] / 60:.0f} min; "
+                 + ", ".join(f"{name} {machine[name]}" for name in GPU_PACKAGES))
+    return "\n".join(lines)
 
 
 # === CPU: persistent workers timed in turns (scripts/bench_harness.py) ===
@@ -271,6 +350,7 @@ CPU_LABELS = {
     "keras-jax-no-fusion": "keras_cait, JAX, float32, XLA:CPU's instruction fusion off",
 }
 CPU_PACKAGES = ("torch", "timm", "tensorflow", "keras", "jax", "jaxlib")
+GPU_PACKAGES = ("torch", "timm", "keras", "jax", "jaxlib")
 
 
 def _set_cpu_threads(path, threads):
@@ -482,76 +562,17 @@ def cpu_markdown(rows, machine):
 
 
 def worker(args):
-    if args.cpu:
-        return cpu_worker(args)
-    if args.worker == "keras":
-        result = run_keras(args)
-    else:
-        result = run_timm(args, compiled=args.worker == "timm-compile")
-    print(json.dumps(result), flush=True)
-
-
-def measure(args):
-    """Runs every (model, worker) in its own process; returns the rows of the report."""
-    rows = []
-    models = ["smoke"] if args.smoke else args.models.split(",")
-    for model in models:
-        config, classes, _ = _config(argparse.Namespace(**{**vars(args), "model": model}))
-        flops = forward_flops(args.image_size, config.get("patch_size", 16), config["embed_dim"],
-                              config["depth"], config["num_heads"], classes)
-        for name in args.workers.split(","):
-            command = [sys.executable, os.path.abspath(__file__), "--worker", name,
-                       "--model", model, "--batch-size", str(args.batch_size),
-                       "--image-size", str(args.image_size), "--steps", str(args.steps),
-                       "--warmup", str(args.warmup)] + (["--smoke"] if args.smoke else [])
-            env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": os.pathsep.join(
-                [os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                 os.environ.get("PYTHONPATH", "")])}
-            done = subprocess.run(command, env=env, capture_output=True, text=True)
-            if done.returncode:
-                print(done.stdout + done.stderr, file=sys.stderr)
-                raise SystemExit(f"{name} on {model} failed (exit {done.returncode}).")
-            result = json.loads(done.stdout.strip().splitlines()[-1])
-            images_per_second = args.batch_size * args.steps / result["seconds"]
-            peak = args.peak_tflops or peak_tflops(result["device"])
-            achieved = 3 * flops * images_per_second / 1e12
-            rows.append(dict(
-                model=model, worker=name, batch_size=args.batch_size, image_size=args.image_size,
-                images_per_second=images_per_second,
-                step_ms=1000 * result["seconds"] / args.steps,
-                train_tflops=achieved, peak_tflops=peak,
-                mfu=achieved / peak if peak else None,
-                forward_gflops_per_image=flops / 1e9, **result,
-            ))
-            print(f"{model:6s} {name:13s} {images_per_second:9.1f} images/s", flush=True)
-    return rows
-
-
-def markdown(rows):
-    lines = [
-        "| model | framework | batch | images/s | ms/step | train TFLOP/s | MFU | vs timm eager |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    eager = {r["model"]: r["images_per_second"] for r in rows if r["worker"] == "timm-eager"}
-    for r in rows:
-        mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "n/a"
-        ratio = r["images_per_second"] / eager.get(r["model"], math.nan)
-        lines.append(
-            f"| CaiT-{r['model']} {r['image_size']} | {r['framework']} | {r['batch_size']} | "
-            f"{r['images_per_second']:.0f} | {r['step_ms']:.1f} | {r['train_tflops']:.1f} | "
-            f"{mfu} | {ratio:.2f}× |"
-        )
-    return "\n".join(lines)
+    return cpu_worker(args) if args.cpu else gpu_worker(args)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--models", default="S24,XXS24", help="comma-separated CaiT variants")
-    parser.add_argument("--batch-size", type=int, help="images per step (default: 256, with --cpu 16)")
+    parser.add_argument("--batch-size", type=int,
+                        help="images per step (default: 128, the paper's per GPU; with --cpu 16)")
     parser.add_argument("--image-size", type=int, default=224, help="input side")
-    parser.add_argument("--steps", type=int, default=30, help="timed steps")
-    parser.add_argument("--warmup", type=int, default=5, help="steps before timing (compiles)")
+    parser.add_argument("--warmup", type=int, default=5, help="GPU: steps before timing (compiles)")
     parser.add_argument("--peak-tflops", type=float, default=None,
                         help="peak dense bf16 TFLOP/s for MFU (default: from the device name)")
     parser.add_argument("--workers", help=f"what to measure, of {', '.join(WORKERS)} (default: all), with "
@@ -560,11 +581,11 @@ def main():
                         help="time training steps on this CPU in turns, persistent workers (see above)")
     parser.add_argument("--alive", type=int, default=4,
                         help="--cpu: at most this many training workers loaded at once, timm eager included")
-    parser.add_argument("--rounds", type=int, default=5, help="--cpu: rounds of turns")
-    parser.add_argument("--seconds", type=float, default=10.0, help="--cpu: each path's turn")
+    parser.add_argument("--rounds", type=int, help="rounds of turns (default: 5, with --smoke 1)")
+    parser.add_argument("--seconds", type=float, default=10.0, help="each path's turn")
     parser.add_argument("--threads", type=int, default=2, help="--cpu: threads per worker")
     parser.add_argument("--output", help="write the rows as JSON here")
-    parser.add_argument("--logs", help="--cpu: folder for the workers' logs (default: a temporary one)")
+    parser.add_argument("--logs", help="folder for the workers' logs (default: a temporary one)")
     parser.add_argument("--smoke", action="store_true",
                         help="tiny CaiT at 32×32, batch 4, 2 steps: checks every path on a CPU")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -577,36 +598,27 @@ def main():
         parser.error(f"--workers: unknown {', '.join(sorted(unknown))}; choose from {', '.join(known)}")
     if args.alive < 2:
         parser.error(f"--alive {args.alive}: must be at least 2 (timm eager and one path)")
-    args.batch_size = args.batch_size or (16 if args.cpu else 256)
+    args.batch_size = args.batch_size or (16 if args.cpu else 128)
     if args.smoke:
-        args.image_size, args.steps, args.warmup = 32, 2, 1
+        args.image_size, args.warmup = 32, 1
         args.batch_size = min(args.batch_size, 4)
-        args.rounds, args.seconds = 1, 0.2
+        args.seconds = 0.2
+    args.rounds = args.rounds or (1 if args.smoke else 5)
     if args.worker:
         worker(args)
         return
-    if args.cpu:
-        return main_cpu(args)
-    rows = measure(args)
-    print(markdown(rows))
-    counted = [r["counted_forward_flops"] for r in rows if "counted_forward_flops" in r]
-    if counted:  # the smoke run's check of the FLOP formula
-        counted, analytic = counted[0], rows[0]["forward_gflops_per_image"] * 1e9
-        print(f"forward FLOPs per image: analytic {analytic:.0f}, FlopCounterMode {counted:.0f}")
-        if not math.isclose(analytic, counted, rel_tol=1e-9):
-            raise SystemExit("The analytic FLOP count disagrees with FlopCounterMode.")
-    if args.output:
-        with open(args.output + ".partial", "w") as file:
-            json.dump(rows, file, indent=1)
-        os.replace(args.output + ".partial", args.output)
-
-
-def main_cpu(args):
     load_average, started = os.getloadavg(), time.time()
     with tempfile.TemporaryDirectory() as logs:
-        rows = measure_cpu(args, args.logs or logs)
-    machine = machine_state(args.threads, args.rounds, args.seconds, load_average, started, CPU_PACKAGES)
-    print(cpu_markdown(rows, machine))
+        rows = (measure_cpu if args.cpu else measure_gpu)(args, args.logs or logs)
+    packages = CPU_PACKAGES if args.cpu else GPU_PACKAGES
+    machine = machine_state(args.threads, args.rounds, args.seconds, load_average, started, packages)
+    print(cpu_markdown(rows, machine) if args.cpu else markdown(rows, machine))
+    counted = [r["counted_forward_flops"] for r in rows if "counted_forward_flops" in r]
+    if counted:  # the smoke run's check of the FLOP formula
+        analytic = rows[0]["forward_gflops_per_image"] * 1e9
+        print(f"forward FLOPs per image: analytic {analytic:.0f}, FlopCounterMode {counted[0]:.0f}")
+        if not math.isclose(analytic, counted[0], rel_tol=1e-9):
+            raise SystemExit("The analytic FLOP count disagrees with FlopCounterMode.")
     if args.output:
         bench_harness.write_json({"machine": machine, "rows": rows}, args.output)
 

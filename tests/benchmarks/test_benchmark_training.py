@@ -6,6 +6,7 @@ import json
 import math
 import os
 import re
+import statistics
 import subprocess
 import sys
 import types
@@ -57,12 +58,12 @@ if "keras" in sys.argv:
 """
 
 
-def test_smoke_run_of_keras_jax_without_tensorflow_and_of_timm(tmp_path):
+def test_smoke_run_of_keras_jax_without_tensorflow_and_of_timm_in_turns(tmp_path):
     (tmp_path / "sitecustomize.py").write_text(NO_TENSORFLOW_FOR_KERAS)
     output = tmp_path / "rows.json"
     # torch.compile is left out here (minutes of C++ compilation on a CPU); the GPU run has it.
     done = subprocess.run(
-        [sys.executable, SCRIPT, "--smoke",
+        [sys.executable, SCRIPT, "--smoke", "--rounds", "2",
          "--workers", "keras,timm-eager", "--output", str(output)],
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), REPOSITORY])},
         capture_output=True, text=True, timeout=600,
@@ -70,12 +71,20 @@ def test_smoke_run_of_keras_jax_without_tensorflow_and_of_timm(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     counts = re.search(r"analytic (\d+), FlopCounterMode (\d+)", done.stdout)
     assert counts and counts.group(1) == counts.group(2)
-    rows = json.loads(output.read_text())
-    assert [row["worker"] for row in rows] == ["keras", "timm-eager"]
-    assert "mixed_bfloat16, model.fit, XLA" in rows[0]["framework"]
-    assert rows[0]["tensorflow_loaded"] is False
-    assert all(row["images_per_second"] > 0 and row["loss"] > 0 for row in rows)
-    assert "| CaiT-smoke 32 |" in done.stdout
+    rows = json.loads(output.read_text())["rows"]
+    assert [row["path"] for row in rows] == ["keras", "timm-eager"]
+    keras_row, timm_row = rows
+    assert "mixed_bfloat16" in keras_row["framework"] and keras_row["compute_dtype"] == "bfloat16"
+    assert keras_row["tensorflow_loaded"] is False
+    assert timm_row["logits_dtype"] == "bfloat16"  # under autocast
+    for row in rows:
+        assert len(row["rounds"]) == 2 and row["images_per_second"] == statistics.median(row["rounds"])
+        # A fresh tiny CaiT's logits are near zero: the cross-entropy over 10 classes is near ln 10.
+        assert abs(row["loss"] - math.log(10)) < 0.5, row
+    assert timm_row["ratio_to_timm_eager"] == 1.0
+    assert keras_row["ratio_to_timm_eager"] == pytest.approx(statistics.median(
+        k / t for k, t in zip(keras_row["rounds"], timm_row["rounds"])))
+    assert "| CaiT-smoke 32 | keras_cait, JAX (XLA), `mixed_bfloat16` | 4 |" in done.stdout
 
 
 # torch.compile is left out (minutes of C++ compilation on a CPU); every other path runs.

@@ -10,7 +10,9 @@ files, reports finite losses, and its saved model's blocks compute in the precis
 The cells of one backend run one after the other in one process (`matrix_cells.py`, through
 `keras_cait.cli.main` as the console script calls it), so the interpreter and the backend's
 import are paid once: TensorFlow runs every cell, JAX (the GPU path) the console's train,
-whose run code finetune shares, and the Python stream. The `scripts/` wrappers, a line calling
+whose run code finetune shares, the Python stream, and `model.fit` on arrays with the
+recipe's Keras-only parts (the cells the GPU machine, which has no TensorFlow, runs: see
+docs/benchmarks.md). The `scripts/` wrappers, a line calling
 the same `main`, get one smoke cell each in their own process.
 """
 
@@ -119,6 +121,10 @@ def test_every_entry_point_trains_in_every_precision(backend, folder, saved_mode
         cell = f"training_stream into model.fit [{precision}]"
         cells.append({"id": cell, "kind": "stream", "argv": [folder, precision, TINY_MODEL]})
         expected[cell] = ("stream", precision, None, None)
+        if backend == "jax":  # the cells that run where TensorFlow is not installed (the GPU machine)
+            cell = f"arrays into model.fit [{precision}]"
+            cells.append({"id": cell, "kind": "arrays", "argv": [precision, TINY_MODEL]})
+            expected[cell] = ("arrays", precision, None, None)
     (tmp_path / "cells.json").write_text(json.dumps(cells))
     done = run([sys.executable, "-m", "tests.training.matrix_cells", str(tmp_path / "cells.json"),
                 str(tmp_path / "results.json")], backend, timeout=1800)
@@ -132,8 +138,10 @@ def test_every_entry_point_trains_in_every_precision(backend, folder, saved_mode
             assert "Traceback" not in result["stderr"]
             if kind == "console":
                 check_run(result["stdout"], output_dir, files, precision)
-            else:
+            elif kind == "stream":
                 check_stream(result["report"], precision)
+            else:
+                check_arrays(result["report"], precision)
 
 
 @pytest.mark.parametrize("script, entry_point", [("scripts/train.py", "keras-cait train"),
@@ -161,6 +169,13 @@ def check_stream(report, precision):
     assert report["max"] > 100  # 0..255 pixels (erased boxes hold noise outside it), not 0..1
     assert report["steps"] >= 4
     assert report["policy"] == precision
+    assert all(math.isfinite(loss) for loss in report["loss"])
+
+
+def check_arrays(report, precision):
+    assert report["backend"] == "jax"
+    assert report["steps"] == 4  # 8 images, batch 4, 2 epochs
+    assert report["policy"] == precision  # of the model saved and read back
     assert all(math.isfinite(loss) for loss in report["loss"])
 
 
