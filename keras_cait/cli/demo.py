@@ -44,6 +44,7 @@ import time
 import urllib.parse
 
 from keras_cait.atomic import written_atomically
+from keras_cait.training.recipe import RECIPES, Recipe
 
 SMALL_ENV = "KERAS_CAIT_DEMO_SMALL"
 INIT_CHOICES = ("auto", "imagenet", "scratch")
@@ -54,26 +55,30 @@ IMAGENET_ARCH = "cait_xxs24_224"
 
 
 @dataclasses.dataclass(frozen=True)
-class Recipe:
-    """What the demo trains: image side, model, epochs, learning rate and batch size."""
+class Start:
+    """What the demo trains from one starting point: image side, model and training recipe."""
 
     side: int
-    epochs: int
-    learning_rate: float
     model: dict  # build_cait arguments; empty for the ImageNet backbone
-    batch_size: int = 64
+    recipe: Recipe
+
+    @property
+    def epochs(self):
+        return self.recipe.epochs
+
+    def with_epochs(self, epochs):
+        """The same start for `epochs` epochs, a tenth of them warmup, as the recipe has it."""
+        return dataclasses.replace(self, recipe=self.recipe.replace(epochs=epochs, warmup_epochs=epochs / 10))
 
 
-RECIPES = {
-    # timm's initialisation (every linear N(0, 0.02²), the talking-heads mixes included) starts
-    # the attention nearly uniform; it takes more steps to leave it than Glorot's did. Batch 32
-    # and twice the rate reach 95-97 % held out over 3 seeds where batch 64 at 1e-3 gave 72-80 %
-    # (the README's "Demo" section has the figures).
-    "scratch": Recipe(side=32, epochs=15, learning_rate=2e-3, batch_size=32, model=dict(
-        embed_dim=64, depth=4, num_heads=4, init_values=0.1, patch_size=4)),
-    "small": Recipe(side=32, epochs=6, learning_rate=1e-3, model=dict(
-        embed_dim=64, depth=2, num_heads=4, init_values=0.1, patch_size=8)),
-    "imagenet": Recipe(side=64, epochs=4, learning_rate=1e-3, model={}),
+_QUICK = RECIPES["demo"].replace(batch_size=64, lr=1e-3, lr_batch=64)
+STARTS = {
+    # RECIPES["demo"]: batch 32 at 2e-3, 15 epochs (recipe.py says why).
+    "scratch": Start(side=32, model=dict(embed_dim=64, depth=4, num_heads=4, init_values=0.1, patch_size=4),
+                     recipe=RECIPES["demo"]),
+    "small": Start(side=32, model=dict(embed_dim=64, depth=2, num_heads=4, init_values=0.1, patch_size=8),
+                   recipe=_QUICK).with_epochs(6),
+    "imagenet": Start(side=64, model={}, recipe=_QUICK).with_epochs(4),
 }
 
 
@@ -137,15 +142,15 @@ def imagenet_weights_available():
     return True, f"ImageNet weights downloadable from {host}"
 
 
-def build_model(init, recipe, classes=10):
+def build_model(init, start, classes=10):
     """The demo's CaiT: a small one from scratch, or CaiT-XXS24 (ImageNet, frozen) + a new head."""
     from keras_cait.model import build_cait
     from keras_cait.training import set_backbone_trainable, with_new_head
     from keras_cait.variants import CaiT_XXS24
 
-    input_shape = (recipe.side, recipe.side, 3)
+    input_shape = (start.side, start.side, 3)
     if init == "scratch":
-        return build_cait(**recipe.model, input_shape=input_shape, classes=classes, name="cait_digits")
+        return build_cait(**start.model, input_shape=input_shape, classes=classes, name="cait_digits")
     backbone = CaiT_XXS24(weights="imagenet", include_top=False, pooling="token", input_shape=input_shape)
     model = with_new_head(backbone, classes, name="cait_xxs24_digits")
     set_backbone_trainable(model, False)
@@ -153,12 +158,9 @@ def build_model(init, recipe, classes=10):
 
 
 def _compile(model, recipe, steps_per_epoch):
-    """The CaiT recipe's AdamW (no decay on norms, biases, LayerScale, embeddings) and warmup-cosine."""
-    from keras_cait.training import adamw, warmup_cosine
-
-    steps = recipe.epochs * steps_per_epoch
-    schedule = warmup_cosine(recipe.learning_rate, total_steps=steps, warmup_steps=max(1, steps // 10))
-    model.compile(optimizer=adamw(model, schedule), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    """The recipe's AdamW (no decay on norms, biases, LayerScale, embeddings) and warmup-cosine."""
+    model.compile(optimizer=recipe.optimizer(model, recipe.batch_size, steps_per_epoch),
+                  loss="sparse_categorical_crossentropy", metrics=["accuracy"])
 
 
 def _write_text(path, text):
@@ -243,18 +245,19 @@ def run(out="keras_cait_demo", init="auto", small=False, epochs=None):
         init = "imagenet" if available else "scratch"
     else:
         why = "asked for"
-    recipe = RECIPES["small" if small else init]
+    start = STARTS["small" if small else init]
     if epochs is not None:
-        recipe = dataclasses.replace(recipe, epochs=int(epochs))
+        start = start.with_epochs(int(epochs))
+    recipe = start.recipe
     print(f"keras-cait demo: starting from {init} ({why}); {recipe.epochs} epochs at "
-          f"{recipe.side}x{recipe.side}.", flush=True)
+          f"{start.side}x{start.side}.", flush=True)
 
     import keras
 
     keras.utils.set_random_seed(SEED)
-    (train_x, train_y), (val_x, val_y), (held_x, held_y) = split(*load_digits_images(recipe.side))
+    (train_x, train_y), (val_x, val_y), (held_x, held_y) = split(*load_digits_images(start.side))
     print(f"digits: {len(train_x)} to train on, {len(val_x)} to validate, {len(held_x)} held out.")
-    model = build_model(init, recipe)
+    model = build_model(init, start)
     _compile(model, recipe, steps_per_epoch=-(-len(train_x) // recipe.batch_size))
     history = model.fit(
         train_x, train_y, validation_data=(val_x, val_y),
@@ -277,7 +280,7 @@ def run(out="keras_cait_demo", init="auto", small=False, epochs=None):
     print(f"attention maps: {heads}, {saliency}")
 
     summary = dict(
-        init=init, epochs=recipe.epochs, image_side=recipe.side, small=small,
+        init=init, epochs=recipe.epochs, image_side=start.side, small=small,
         train_images=len(train_x), validation_accuracy=val_accuracy,
         held_out_images=len(held_x), held_out_accuracy=served["accuracy"],
         keras_model=keras_file, saved_model=saved_model, attention_png=heads, saliency_png=saliency,

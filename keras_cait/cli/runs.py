@@ -10,6 +10,7 @@ evaluate.py call the same commands.
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 
@@ -30,22 +31,17 @@ from keras_cait.cli.errors import (
     user_input,
     weights_errors,
 )
-from keras_cait.training import augment, distribute, lora, optimizer, resume, schedule, sources, stream, transfer
+from keras_cait.training import distribute, lora, resume, sources, stream, transfer
+from keras_cait.training import recipe as recipes
 from keras_cait.training.callbacks import run_callbacks, save_model
-from keras_cait.training.distillation import DISTILLATION_TYPES, Distiller
+from keras_cait.training.distillation import Distiller
 from keras_cait.variants import cait, parse_model_name
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
-# The fine-tuning rates are given for the default batch of one device, as in
-# Keras' transfer-learning guide (Adam 1e-3 for the head, 1e-5 for everything).
-FINETUNE_REFERENCE_BATCH = 64
-# DeiT's fine-tuning at a higher resolution (facebookresearch/deit README, "--input-size
-# 384 --lr 5e-6 --weight-decay 1e-8 --epochs 30 --min-lr 5e-6"; the rate is for a
-# global batch of 512), with DeiT's training augmentation and warmup.
-DEIT_HIGHRES = dict(lr=5e-6, weight_decay=1e-8, epochs=30, min_lr=5e-6, head_epochs=0,
-                    warmup_epochs=schedule.WARMUP_EPOCHS, warmup_lr=schedule.WARMUP_LEARNING_RATE,
-                    mixup=0.8, cutmix=1.0, randaugment=9, reprob=0.25, repeated_aug=3, model_ema=True)
-RECIPES = ("transfer", "deit-highres")
+# Each command's recipe when --recipe is not given.
+DEFAULT_RECIPES = {"train": "deit", "finetune": "transfer"}
+# Knobs of a fine-tuning run's head stage: `train` has none.
+_HEAD_KNOBS = ("head_epochs", "head_lr", "keep_head")
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -83,8 +79,6 @@ def _add_run_arguments(parser, backup_every):
     group.add_argument("--output-dir", required=True,
                        help="best.keras, final.keras, TensorBoard logs/ and backup/ go here; "
                             "rerunning the same command resumes a killed run")
-    group.add_argument("--batch-size", type=int, default=64,
-                       help="batch per replica (GPU); the global batch is this × replicas")
     group.add_argument("--precision", choices=PRECISIONS, default="mixed_float16",
                        help="Keras dtype policy (DeiT trains with AMP float16)")
     group.add_argument("--strategy", choices=distribute.STRATEGIES, default="none",
@@ -104,65 +98,63 @@ def _add_run_arguments(parser, backup_every):
                        help="Keras progress: 1 bar, 2 one line per epoch, 0 silent")
 
 
-def _add_augmentation_arguments(parser, full_recipe):
-    on = full_recipe
-    group = parser.add_argument_group(
-        "augmentation" + (" (DeiT/CaiT defaults)" if on else " (lighter than training)")
-    )
-    group.add_argument("--smoothing", type=float, default=0.1, help="label smoothing")
-    group.add_argument("--mixup", type=float, default=0.8 if on else 0.0,
-                       help="mixup alpha, 0 disables")
-    group.add_argument("--cutmix", type=float, default=1.0 if on else 0.0,
-                       help="cutmix alpha, 0 disables")
-    group.add_argument("--mixup-switch-prob", type=float, default=0.5,
-                       help="probability of cutmix when both are on")
-    group.add_argument("--randaugment", type=float, default=9 if on else 0,
-                       help="RandAugment magnitude of 10, 0 disables")
-    group.add_argument("--reprob", type=float, default=0.25 if on else 0.0,
-                       help="random erasing probability")
-    group.add_argument("--repeated-aug", type=int, default=3 if on else 1,
-                       help="augmented copies of each image per epoch, 1 disables")
-    group.add_argument("--drop-path", type=float, default=0.1,
-                       help="stochastic depth rate, the same in every block")
+def _add_teacher_argument(parser):
+    parser.add_argument("--teacher",
+                        help="the teacher of --distillation-type hard or soft (DeiT's; the paper: a "
+                             "RegNetY-16GF teacher, hard distillation): a .keras model file or a "
+                             "keras.applications model name (e.g. RegNetY160, with Keras' ImageNet "
+                             "weights); it sees the student's 0..255 training batches and must "
+                             "predict the same classes")
 
 
-def _add_optimizer_arguments(parser, full_recipe):
-    group = parser.add_argument_group("optimizer (AdamW)")
-    group.add_argument("--weight-decay", type=float, default=optimizer.WEIGHT_DECAY,
-                       help="decoupled weight decay (no decay on biases, norms, "
-                            "LayerScale, pos_embed, cls_token)")
-    group.add_argument("--clip-grad", type=float, default=None, help="gradient norm clipping")
-    group.add_argument("--model-ema", action=argparse.BooleanOptionalAction, default=full_recipe,
-                       help="keep a moving average of the weights, saved as ema.keras; best.keras "
-                            "and final.keras keep the raw weights (DeiT)")
-    group.add_argument("--model-ema-decay", type=float, default=optimizer.EMA_MOMENTUM,
-                       help="EMA decay per step")
-    group.add_argument("--min-lr", type=float,
-                       default=schedule.MIN_LEARNING_RATE if full_recipe else 0.0,
-                       help="learning rate at the end of the cosine")
+def _add_recipe_arguments(parser, command, name):
+    """`--recipe` and a flag for every knob of `keras_cait.training.recipe.Recipe`, whose defaults
+    are the recipe's: a flag typed on the command line wins, also when it equals the default."""
+    recipe = recipes.RECIPES[name]
+    parser.add_argument("--recipe", choices=recipes.RECIPES, default=name,
+                        help="the training recipe whose values are the defaults of the flags below "
+                             "(keras_cait.training.recipe.RECIPES; `--recipe NAME --help` shows them); "
+                             "a flag given wins")
+    groups = {group: parser.add_argument_group(f"{group}, recipe {name}") for group in recipes.GROUPS}
+    for field in dataclasses.fields(recipe):
+        if command == "train" and field.name in _HEAD_KNOBS:
+            continue
+        default, meta = getattr(recipe, field.name), field.metadata
+        options = dict(default=default, help=meta["help"])
+        if isinstance(default, bool):
+            options["action"] = argparse.BooleanOptionalAction
+        elif isinstance(default, tuple):
+            options.update(type=float, nargs=len(default), metavar=tuple(f"B{i + 1}" for i in range(len(default))))
+        elif meta["choices"]:
+            options["choices"] = meta["choices"]
+        else:
+            options["type"] = {"batch_size": int, "lr_batch": int, "epochs": int, "head_epochs": int,
+                               "repeated_aug": int}.get(field.name, float)
+        groups[meta["group"]].add_argument(recipes.flag(field.name), **options)
 
 
-def _add_distillation_arguments(parser):
-    group = parser.add_argument_group(
-        "distillation (DeiT's; the paper: a RegNetY-16GF teacher, hard distillation)"
-    )
-    group.add_argument("--teacher",
-                       help="the teacher: a .keras model file or a keras.applications model "
-                            "name (e.g. RegNetY160, with Keras' ImageNet weights); it sees the "
-                            "student's 0..255 training batches and must predict the same classes")
-    group.add_argument("--distillation-type", choices=DISTILLATION_TYPES, default="none",
-                       help="hard: cross-entropy with the teacher's class; soft: KL at --distillation-tau")
-    group.add_argument("--distillation-alpha", type=float, default=0.5,
-                       help="weight of the distillation term")
-    group.add_argument("--distillation-tau", type=float, default=1.0,
-                       help="temperature of soft distillation")
+def recipe_of(args):
+    """The recipe a parsed command line runs: `--recipe`'s, with every knob as the flags say."""
+    values = {name: getattr(args, name) for name in recipes.knobs() if hasattr(args, name)}
+    if isinstance(values.get("opt_betas"), list):
+        values["opt_betas"] = tuple(values["opt_betas"])
+    return recipes.RECIPES[args.recipe].replace(**values)
 
 
-def train_parser():
+def _recipe_named(argv, command):
+    """The `--recipe` of `argv` (the command's default if none or an unknown one, which the full
+    parser then refuses), read before the parser is built: its values are the flags' defaults."""
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--recipe")
+    named = early.parse_known_args(argv)[0].recipe
+    return named if named in recipes.RECIPES else DEFAULT_RECIPES[command]
+
+
+def train_parser(recipe="deit"):
     parser = _parser(
         "Train a CaiT from scratch with the DeiT/CaiT recipe (AdamW, warmup + cosine, "
         "RandAugment, mixup/cutmix, random erasing, repeated augmentation, stochastic "
-        "depth, EMA). Defaults are DeiT's main.py; CaiT trains 400 epochs.",
+        "depth, EMA). Defaults are the recipe's (--recipe deit: DeiT's main.py with CaiT's 400 epochs).",
         "train",
     )
     parser.add_argument("--model", default="S24",
@@ -171,21 +163,12 @@ def train_parser():
                              '"num_heads": 4, "init_values": 1e-5}\'')
     _add_data_arguments(parser, train=True)
     _add_run_arguments(parser, backup_every=1000)
-    parser.add_argument("--epochs", type=int, default=400, help="training epochs")
-    group = parser.add_argument_group("learning rate")
-    group.add_argument("--lr", type=float, default=schedule.BASE_LEARNING_RATE,
-                       help="rate for a global batch of 512, scaled linearly with the batch")
-    group.add_argument("--warmup-epochs", type=float, default=schedule.WARMUP_EPOCHS,
-                       help="linear warmup epochs")
-    group.add_argument("--warmup-lr", type=float, default=schedule.WARMUP_LEARNING_RATE,
-                       help="rate at the first step")
-    _add_optimizer_arguments(parser, full_recipe=True)
-    _add_distillation_arguments(parser)
-    _add_augmentation_arguments(parser, full_recipe=True)
+    _add_teacher_argument(parser)
+    _add_recipe_arguments(parser, "train", recipe)
     return parser
 
 
-def finetune_parser():
+def finetune_parser(recipe="transfer"):
     parser = _parser(
         "Fine-tune a CaiT on a folder of images: a new head is trained with the backbone "
         "frozen, then the whole network with a lower learning rate (Keras' transfer-learning "
@@ -201,32 +184,12 @@ def finetune_parser():
     parser.add_argument("--val-fraction", type=float, default=0.1,
                         help="held out for validation when --val-data is not given (0: none)")
     _add_run_arguments(parser, backup_every=200)
-    group = parser.add_argument_group("schedule")
-    group.add_argument("--head-epochs", type=int, default=2,
-                       help="epochs training the new head only, backbone frozen")
-    group.add_argument("--head-lr", type=float, default=1e-3,
-                       help="learning rate of the head epochs for a global batch of 64 "
-                            "(scaled linearly with the batch)")
-    group.add_argument("--epochs", type=int, default=10,
-                       help="epochs fine-tuning the whole network afterwards")
-    group.add_argument("--lr", type=float, default=1e-5,
-                       help="peak learning rate of the fine-tuning epochs (cosine decay) for a "
-                            "global batch of 64 (scaled linearly with the batch)")
-    group.add_argument("--lora-rank", type=int, default=0,
-                       help="fine-tune rank-R LoRA updates of the attention projections and the "
-                            "head instead of the whole network (0: the whole network); LoRA "
-                            "takes a higher --lr, e.g. 1e-3")
-    _add_optimizer_arguments(parser, full_recipe=False)
-    _add_distillation_arguments(parser)
-    parser.add_argument("--recipe", choices=RECIPES, default="transfer",
-                        help="transfer: the two stages above; deit-highres: DeiT's fine-tuning at a "
-                             "higher resolution (lr 5e-6 per 512 images, weight decay 1e-8, 30 "
-                             "epochs, min lr 5e-6, 5 warmup epochs, per-epoch cosine, DeiT's "
-                             "augmentation and EMA, no head stage); flags given override it")
-    parser.add_argument("--warmup-epochs", type=float, default=0.0,
-                        help="linear warmup epochs of the whole-network stage")
-    parser.add_argument("--warmup-lr", type=float, default=0.0, help="rate at the first warmup step")
-    _add_augmentation_arguments(parser, full_recipe=False)
+    parser.add_argument("--lora-rank", type=int, default=0,
+                        help="fine-tune rank-R LoRA updates of the attention projections and the "
+                             "head instead of the whole network (0: the whole network); LoRA "
+                             "takes a higher --lr, e.g. 1e-3")
+    _add_teacher_argument(parser)
+    _add_recipe_arguments(parser, "finetune", recipe)
     return parser
 
 
@@ -272,21 +235,15 @@ def check_arguments(command, args):
     check_range("--epochs", args.epochs, 1 if command == "train" else 0, example=10)
     check_range("--backup-every", args.backup_every, 1, example=1000)
     check_range("--shuffle-buffer", args.shuffle_buffer, 1, example=10000)
-    check_range("--repeated-aug", args.repeated_aug, 1, example=3)
-    check_range("--randaugment", args.randaugment, 0, 10, example=9)
-    check_range("--reprob", args.reprob, 0.0, 1.0, example=0.25)
-    check_range("--smoothing", args.smoothing, 0.0, 0.99, example=0.1)
-    check_range("--mixup-switch-prob", args.mixup_switch_prob, 0.0, 1.0, example=0.5)
-    check_range("--drop-path", args.drop_path, 0.0, 0.99, example=0.1)
-    for flag in ("--mixup", "--cutmix", "--lr", "--min-lr", "--weight-decay", "--warmup-lr"):
-        check_range(flag, getattr(args, flag[2:].replace("-", "_")), 0.0, example=0)
-    check_range("--model-ema-decay", args.model_ema_decay, 0.0, 1.0, example=0.9999)
-    check_range("--distillation-alpha", args.distillation_alpha, 0.0, 1.0, example=0.5)
-    if args.distillation_tau <= 0:
-        raise usage(f"--distillation-tau {args.distillation_tau}: must be positive, e.g. 1.0.")
+    for field in dataclasses.fields(recipes.Recipe):
+        value = getattr(args, field.name, None)
+        problem = recipes.out_of_range(field, tuple(value) if isinstance(value, list) else value,
+                                       example=getattr(recipes.RECIPES[args.recipe], field.name) or None)
+        if problem:
+            shown = " ".join(f"{item:g}" for item in value) if isinstance(value, list) else f"{value:g}"
+            raise usage(f"{recipes.flag(field.name)} {shown}: {problem}.")
     _check_distillation_flags(args)
     if command == "finetune":
-        check_range("--head-epochs", args.head_epochs, 0, example=2)
         check_range("--val-fraction", args.val_fraction, 0.0, 0.99, example=0.1)
         check_range("--lora-rank", args.lora_rank, 0, example=8)
         if args.epochs == 0 and args.head_epochs == 0:
@@ -396,20 +353,6 @@ def _sources(args):
     return train, None
 
 
-def _augmentation(args, num_classes):
-    return augment.Augmentation(
-        image_size=args.image_size,
-        num_classes=num_classes,
-        rand_augment_magnitude=args.randaugment,
-        random_erasing=args.reprob,
-        mixup_alpha=args.mixup,
-        cutmix_alpha=args.cutmix,
-        switch_prob=args.mixup_switch_prob,
-        label_smoothing=args.smoothing,
-        repeats=args.repeated_aug,
-    )
-
-
 def _metrics(num_classes):
     metrics = [keras.metrics.CategoricalAccuracy(name="accuracy")]
     if num_classes > 5:
@@ -424,30 +367,10 @@ def _output_dir(args, distribution):
     return os.path.join(args.output_dir, "workers", str(distribution.worker_index))
 
 
-def _compile(model, args, peak, epochs, steps, warmup_epochs=0, warmup_start=0.0, per_epoch=False):
-    # per_epoch: DeiT's schedule (timm's CosineLRScheduler); else the per-step
-    # variant of the short transfer recipe.
-    if per_epoch:
-        learning_rate = schedule.EpochCosine(
-            peak, epochs, steps, warmup_epochs, warmup_start, minimum=min(args.min_lr, peak)
-        )
-    else:
-        learning_rate = schedule.warmup_cosine(
-            peak,
-            total_steps=epochs * steps,
-            warmup_steps=round(warmup_epochs * steps),
-            warmup_start=warmup_start,
-            minimum=min(args.min_lr, peak),
-        )
+def _compile(model, args, recipe, global_batch, steps, head=False):
+    """`model` compiled with the recipe's AdamW and schedule (the head stage's with `head`)."""
     model.compile(
-        optimizer=optimizer.adamw(
-            model,
-            learning_rate,
-            weight_decay=args.weight_decay,
-            clipnorm=args.clip_grad,
-            use_ema=args.model_ema,
-            ema_momentum=args.model_ema_decay,
-        ),
+        optimizer=recipe.optimizer(model, global_batch, steps, head=head),
         loss=keras.losses.CategoricalCrossentropy(),
         metrics=_metrics(getattr(model, "student", model).output_shape[-1]),
         jit_compile="auto" if args.jit_compile else False,
@@ -473,14 +396,14 @@ def _teacher(args, num_classes):
     return teacher
 
 
-def _fitted(model, args, teacher):
+def _fitted(model, recipe, teacher):
     """What `fit` trains: the model, or a `Distiller` of it from the teacher."""
     if teacher is None:
         return model
     # A softmax head gives probabilities; anything else is taken as logits.
     softmax = getattr(teacher.layers[-1], "activation", None) is keras.activations.softmax
-    return Distiller(model, teacher, args.distillation_type, args.distillation_alpha,
-                     args.distillation_tau, teacher_from_logits=not softmax)
+    return Distiller(model, teacher, recipe.distillation_type, recipe.distillation_alpha,
+                     recipe.distillation_tau, teacher_from_logits=not softmax)
 
 
 def _data_plan(args, train):
@@ -489,31 +412,9 @@ def _data_plan(args, train):
     return {"data": data, "classes": train.num_classes, "image size": args.image_size}
 
 
-def _head_is_trained(head_weights, plan):
-    """Whether `head_weights` holds the head of this `plan`; a head of another plan is refused.
-
-    The plan is recorded beside it (`head.plan.json`), before the weights are put in place.
-    """
-    if not os.path.exists(head_weights):
-        return False
-    try:
-        with open(head_weights.removesuffix(".weights.h5") + ".plan.json") as file:
-            saved = json.load(file)
-    except FileNotFoundError:  # a run from before plans were recorded
-        return True
-    differences = resume.plan_differences(saved, plan)
-    if differences:
-        raise ValueError(
-            f"{head_weights} is the head of a run with another plan ({differences}), so this run "
-            "would go on from it. Rerun with that run's settings to resume it, or delete the "
-            f"folder to start over: rm -r {os.path.dirname(head_weights)}"
-        )
-    return True
-
-
-def _train(model, args, train, validation, distribution, epochs, output_dir, backup_name, seed):
+def _train(model, args, recipe, train, validation, distribution, epochs, output_dir, backup_name, seed):
     """One resumable `fit` of `epochs` epochs; returns its History (None if already done)."""
-    global_batch = distribution.global_batch_size(args.batch_size)
+    global_batch = distribution.global_batch_size(recipe.batch_size)
     steps = stream.steps_per_epoch(train, global_batch)
     with user_input(None, ImportError):  # TensorBoard, an extra
         callbacks, backup = run_callbacks(
@@ -523,7 +424,7 @@ def _train(model, args, train, validation, distribution, epochs, output_dir, bac
             monitor="val_accuracy" if validation else "loss",
             stage=backup_name,
         )
-    augmentation = _augmentation(args, train.num_classes)
+    augmentation = recipe.augmentation(args.image_size, train.num_classes)
 
     def stream_from(step):
         return stream.training_stream(
@@ -552,9 +453,9 @@ def _validation(args, validation, global_batch):
     )
 
 
-def _new_model(args, classes):
+def _new_model(args, recipe, classes):
     shape = dict(input_shape=(args.image_size, args.image_size, 3), classes=classes,
-                 drop_path_rate=args.drop_path)
+                 drop_path_rate=recipe.drop_path)
     if args.model.lstrip().startswith("{"):
         with user_input(f"--model {args.model}", ValueError, TypeError):
             return build_cait(**json.loads(args.model), **shape)
@@ -566,24 +467,25 @@ def _distribution(args):
         return distribute.distribution(args.strategy)
 
 
-def _announce(distribution, args, global_batch, steps, peak):
+def _announce(distribution, recipe, global_batch, steps, peak):
     print(
         f"{distribution.name}: {distribution.replicas} replica(s), global batch {global_batch} "
-        f"({args.batch_size} per replica), {steps} steps per epoch, peak learning rate {peak:.3g}",
+        f"({recipe.batch_size} per replica), {steps} steps per epoch, peak learning rate {peak:.3g}",
         flush=True,
     )
 
 
 # Flags that change how a run goes, not what it trains: a rerun may change them.
 _NOT_SETTINGS = ("run", "debug", "verbose", "output_dir", "backup_every", "cache", "jit_compile",
-                 "deterministic", "strategy", "batch_size")
+                 "deterministic", "strategy", "recipe")
 
 
 def _settings(args, train, global_batch):
-    """What a rerun in the same --output-dir must share with the run it resumes or repeats."""
+    """What a rerun in the same --output-dir must share with the run it resumes or repeats, besides
+    the recipe (recipe.json): the data, the model, the precision, the seed and the global batch."""
     settings = {}
     for name, value in sorted(vars(args).items()):
-        if name in _NOT_SETTINGS:
+        if name in _NOT_SETTINGS or name in recipes.knobs():
             continue
         if name in ("data", "val_data", "model", "teacher", "class_names") and value and ":" not in value \
                 and os.path.exists(value):
@@ -592,9 +494,12 @@ def _settings(args, train, global_batch):
     return {**settings, "classes": list(train.class_names), "global batch size": global_batch}
 
 
-def _run_record(command, args, train, global_batch, output_dir):
-    with user_input(None, resume.BackupError):  # a rerun with other settings
-        return resume.RunRecord.open(output_dir, command, _settings(args, train, global_batch))
+def _run_record(command, args, recipe, train, global_batch, output_dir):
+    """run.json and recipe.json of the run in `output_dir`: a rerun with another setting or knob is
+    refused, naming it."""
+    with user_input(None, resume.BackupError):
+        return resume.RunRecord.open(output_dir, command, _settings(args, train, global_batch),
+                                     recipe=recipe, recipe_name=args.recipe)
 
 
 def _finished_earlier(output_dir):
@@ -616,7 +521,8 @@ def _summary(output_dir):
         "final.keras": "the model at the end",
         "ema.keras": "the moving average of the weights",
         "head.weights.h5": "the model after its head-only stage",
-        "run.json": "the settings of the run and the stages it finished",
+        "recipe.json": "the training recipe of the run, every knob (Recipe.load reads it)",
+        "run.json": "the other settings of the run and the stages it finished",
         "logs": "TensorBoard logs (tensorboard --logdir " + shlex.quote(os.path.join(output_dir, "logs")) + ")",
     }
     print(f"\nDone. In {output_dir}:")
@@ -644,28 +550,25 @@ def _summary(output_dir):
 
 def train_run(args):
     """Trains `args.model` from scratch; writes best.keras, final.keras (and ema.keras)."""
+    recipe = recipe_of(args)
     _configure(args)
     distribution = _distribution(args)
     train, validation = _sources(args)
-    global_batch = distribution.global_batch_size(args.batch_size)
+    global_batch = distribution.global_batch_size(recipe.batch_size)
     _check_batch(args, train, global_batch)
     steps = stream.steps_per_epoch(train, global_batch)
     output_dir = _output_dir(args, distribution)
-    record = _run_record("train", args, train, global_batch, output_dir)
+    record = _run_record("train", args, recipe, train, global_batch, output_dir)
     if record.finished("train"):
         return _finished_earlier(output_dir)
     with distribution.scope():
-        model = _new_model(args, train.num_classes)
+        model = _new_model(args, recipe, train.num_classes)
         model.class_names = train.class_names
-        fitted = _fitted(model, args, _teacher(args, train.num_classes))
-        peak = schedule.scaled_learning_rate(global_batch, args.lr)
-        _compile(
-            fitted, args, peak, args.epochs, steps,
-            warmup_epochs=args.warmup_epochs, warmup_start=args.warmup_lr, per_epoch=True,
-        )
-    _announce(distribution, args, global_batch, steps, peak)
-    _train(fitted, args, train, _validation(args, validation, global_batch), distribution,
-           args.epochs, output_dir, "train", args.seed)
+        fitted = _fitted(model, recipe, _teacher(args, train.num_classes))
+        _compile(fitted, args, recipe, global_batch, steps)
+    _announce(distribution, recipe, global_batch, steps, recipe.peak_lr(global_batch))
+    _train(fitted, args, recipe, train, _validation(args, validation, global_batch), distribution,
+           recipe.epochs, output_dir, "train", args.seed)
     save_model(model, os.path.join(output_dir, "final.keras"))
     record.finish("train")
     if distribution.is_chief:
@@ -673,22 +576,12 @@ def train_run(args):
     return model
 
 
-def _apply_recipe(args):
-    """`--recipe deit-highres`: DeiT's values for every flag left at its default."""
-    if args.recipe != "deit-highres":
-        return
-    parser = finetune_parser()
-    for name, value in DEIT_HIGHRES.items():
-        if getattr(args, name) == parser.get_default(name):
-            setattr(args, name, value)
-
-
-def _classifier(args, class_names):
+def _classifier(args, recipe, class_names):
     """The model to fine-tune, named `class_names`: the loaded one with its own head when it
     predicts that many classes and the recipe keeps heads (deit-highres, as DeiT's --finetune),
     else a new head."""
-    keep_head = args.recipe == "deit-highres"
-    backbone = _load_backbone(args, keep_head)
+    keep_head = recipe.keep_head
+    backbone = _load_backbone(args, recipe, keep_head)
     if keep_head and backbone.output_shape[-1] == len(class_names) and transfer.HEAD_NAME in [
         layer.name for layer in backbone.layers
     ]:
@@ -700,7 +593,7 @@ def _classifier(args, class_names):
                                   class_names=class_names)
 
 
-def _load_backbone(args, keep_head=False):
+def _load_backbone(args, recipe, keep_head=False):
     """A CaiT at `args.image_size`: a variant with its weights, or a .keras model; without
     its head unless `keep_head`."""
     if args.model.endswith(".keras"):
@@ -717,7 +610,7 @@ def _load_backbone(args, keep_head=False):
         head = dict(include_top=True) if keep_head else dict(include_top=False, pooling="token")
         return cait(
             args.model, **head, weights=weights,
-            input_shape=(args.image_size, args.image_size, 3), drop_path_rate=args.drop_path,
+            input_shape=(args.image_size, args.image_size, 3), drop_path_rate=recipe.drop_path,
         )
 
 
@@ -747,69 +640,55 @@ def _check_lora_can_start(output_dir):
 
 def finetune_run(args):
     """Fine-tunes a CaiT; writes head.weights.h5, best.keras, final.keras (and ema.keras)."""
-    _apply_recipe(args)
+    recipe = recipe_of(args)
     _configure(args)
     distribution = _distribution(args)
     train, validation = _sources(args)
-    global_batch = distribution.global_batch_size(args.batch_size)
+    global_batch = distribution.global_batch_size(recipe.batch_size)
     _check_batch(args, train, global_batch)
     steps = stream.steps_per_epoch(train, global_batch)
     output_dir = _output_dir(args, distribution)
     head_weights = os.path.join(output_dir, "head.weights.h5")
-    record = _run_record("finetune", args, train, global_batch, output_dir)
-    last_stage = ("lora" if args.lora_rank else "full") if args.epochs else "head"
+    record = _run_record("finetune", args, recipe, train, global_batch, output_dir)
+    last_stage = ("lora" if args.lora_rank else "full") if recipe.epochs else "head"
     if record.finished(last_stage):
         return _finished_earlier(output_dir)
 
-    highres = args.recipe == "deit-highres"
-
-    def scaled(rate):
-        reference = schedule.REFERENCE_BATCH_SIZE if highres else FINETUNE_REFERENCE_BATCH
-        return schedule.scaled_learning_rate(global_batch, rate, reference)
-
     with distribution.scope():
-        model = _classifier(args, train.class_names)
+        model = _classifier(args, recipe, train.class_names)
         teacher = _teacher(args, train.num_classes)
     validation = _validation(args, validation, global_batch)  # at the backbone's size
-    _announce(distribution, args, global_batch, steps, scaled(args.lr))
-    if args.head_epochs:
-        print(f"Stage 1 of 2: the new head alone, backbone frozen, {args.head_epochs} epoch(s)",
+    _announce(distribution, recipe, global_batch, steps, recipe.peak_lr(global_batch))
+    if recipe.head_epochs:
+        print(f"Stage 1 of 2: the new head alone, backbone frozen, {recipe.head_epochs} epoch(s)",
               flush=True)
-        head_plan = {**_data_plan(args, train), "head epochs": args.head_epochs,
-                     "global batch size": global_batch}
-        with user_input(None, ValueError):  # the head of another plan
-            head_trained = _head_is_trained(head_weights, head_plan)
-        if head_trained:
+        if record.finished("head") and os.path.exists(head_weights):
             print(f"Stage 1 done in an earlier run: the head is loaded from {head_weights}, not "
                   "trained again.", flush=True)
             model.load_weights(head_weights)
         else:
             transfer.set_backbone_trainable(model, False)
             with distribution.scope():
-                _compile(model, args, scaled(args.head_lr), args.head_epochs, steps)
-            _train(model, args, train, validation, distribution, args.head_epochs,
+                _compile(model, args, recipe, global_batch, steps, head=True)
+            _train(model, args, recipe, train, validation, distribution, recipe.head_epochs,
                    output_dir, "head", args.seed)
             model.optimizer = None
-            with written_atomically(head_weights.removesuffix(".weights.h5") + ".plan.json") as partial:
-                with open(partial, "w") as file:
-                    json.dump(head_plan, file)
             with written_atomically(head_weights) as partial:
                 model.save_weights(partial)
         record.finish("head")
-    if args.epochs:
+    if recipe.epochs:
         stage = (f"LoRA of rank {args.lora_rank} on the attention projections, and the head"
                  if args.lora_rank else "the whole network")
-        print(f"Stage 2 of 2: {stage}, {args.epochs} epoch(s)", flush=True)
+        print(f"Stage 2 of 2: {stage}, {recipe.epochs} epoch(s)", flush=True)
         with distribution.scope():
             if args.lora_rank:
                 _check_lora_can_start(output_dir)
                 lora.enable_lora(model, args.lora_rank)
             else:
                 transfer.set_backbone_trainable(model, True)
-            fitted = _fitted(model, args, teacher)
-            _compile(fitted, args, scaled(args.lr), args.epochs, steps, args.warmup_epochs,
-                     args.warmup_lr, per_epoch=highres)
-        _train(fitted, args, train, validation, distribution, args.epochs,
+            fitted = _fitted(model, recipe, teacher)
+            _compile(fitted, args, recipe, global_batch, steps)
+        _train(fitted, args, recipe, train, validation, distribution, recipe.epochs,
                output_dir, last_stage, args.seed + 1)
     if args.lora_rank:
         model = lora.merge_lora(model)
@@ -885,10 +764,16 @@ def main(command, argv=None):
     import sys
 
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser, run = COMMANDS[command]
     with reported(command, argv):
-        args = parser().parse_args(argv)
-        if command == "finetune":
-            _apply_recipe(args)
+        args = parse_arguments(command, argv)
         check_arguments(command, args)
-        run(args)
+        COMMANDS[command][1](args)
+
+
+def parse_arguments(command, argv):
+    """`argv` parsed by the command's parser; for train and finetune built with the defaults of the
+    `--recipe` that `argv` names, so that every flag typed wins over the recipe."""
+    parser = COMMANDS[command][0]
+    if command in DEFAULT_RECIPES:
+        return parser(_recipe_named(argv, command)).parse_args(argv)
+    return parser().parse_args(argv)

@@ -3,6 +3,7 @@
 The runs that put them together (`keras-cait train | finetune | evaluate`)
 are applications, in `keras_cait.cli.runs`.
 
+    recipe.Recipe, RECIPES    every knob of a run in one object; the named recipes (deit, deit-highres, transfer, demo)
     optimizer.adamw           AdamW, weight decay 0.05 off biases/norms/LayerScale/pos_embed/cls_token
     schedule.EpochCosine      timm's CosineLRScheduler per epoch; scaled_learning_rate: 5e-4 × batch / 512
     schedule.warmup_cosine    a per-step warmup + cosine for short runs
@@ -19,18 +20,21 @@ are applications, in `keras_cait.cli.runs`.
     distribute                MirroredStrategy / MultiWorkerMirroredStrategy / DataParallel
 """
 
-from keras_cait.training import augment, distillation, distribute, lora, resume, schedule, transfer
+from keras_cait.training import augment, distillation, distribute, lora, recipe, resume, schedule, transfer
 from keras_cait.training.augment import Augmentation, rand_augment, random_erasing
 from keras_cait.training.distillation import Distiller
 from keras_cait.training.lora import enable_lora, merge_lora
 from keras_cait.training.mixup_cutmix import MixupCutmix
 from keras_cait.training.optimizer import adamw, weight_decay_exclusions
 from keras_cait.training.rand_augment import RandAugment
+from keras_cait.training.recipe import RECIPES, Recipe
 from keras_cait.training.random_resized_crop import RandomResizedCrop
 from keras_cait.training.schedule import EpochCosine, scaled_learning_rate, warmup_cosine
 from keras_cait.training.transfer import at_resolution, set_backbone_trainable, with_dtype_policy, with_new_head
 
 __all__ = [
+    "RECIPES",
+    "Recipe",
     "Augmentation",
     "Distiller",
     "EpochCosine",
@@ -46,6 +50,7 @@ __all__ = [
     "lora",
     "merge_lora",
     "rand_augment",
+    "recipe",
     "random_erasing",
     "resume",
     "scaled_learning_rate",

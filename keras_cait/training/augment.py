@@ -14,6 +14,7 @@ from keras_cait.preprocessing import IMAGENET_MEAN, IMAGENET_STD
 from keras_cait.training.mixup_cutmix import MixupCutmix
 from keras_cait.training.rand_augment import RandAugment
 from keras_cait.training.random_resized_crop import RandomResizedCrop
+from keras_cait.training.recipe import DEIT
 
 # The rotation range of timm's RandAugment at magnitude 10 (rotate: ±30°).
 _TIMM_MAX_ROTATION_DEGREES = 30.0
@@ -82,7 +83,8 @@ def random_erasing(probability=0.25):
 
 @dataclasses.dataclass(frozen=True)
 class Augmentation:
-    """DeiT/CaiT's training augmentation; every default is DeiT's (facebookresearch/deit main.py).
+    """DeiT/CaiT's training augmentation; every default is DeiT's (`recipe.DEIT`, which says where
+    each comes from). `Recipe.augmentation(image_size, num_classes)` makes one from a recipe.
 
     Attributes:
         image_size: side of the square training crops (DeiT `--input-size 224`).
@@ -104,13 +106,13 @@ class Augmentation:
     scale: tuple = (0.08, 1.0)
     ratio: tuple = (3 / 4, 4 / 3)
     horizontal_flip: bool = True
-    rand_augment_magnitude: float = 9
-    random_erasing: float = 0.25
-    mixup_alpha: float = 0.8
-    cutmix_alpha: float = 1.0
-    switch_prob: float = 0.5
-    label_smoothing: float = 0.1
-    repeats: int = 3
+    rand_augment_magnitude: float = DEIT.randaugment
+    random_erasing: float = DEIT.reprob
+    mixup_alpha: float = DEIT.mixup
+    cutmix_alpha: float = DEIT.cutmix
+    switch_prob: float = DEIT.mixup_switch_prob
+    label_smoothing: float = DEIT.smoothing
+    repeats: int = DEIT.repeated_aug
 
     def __post_init__(self):
         if self.repeats < 1:

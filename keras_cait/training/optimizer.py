@@ -3,11 +3,12 @@
 import keras
 
 from keras_cait.layers import ClassToken, PositionEmbedding
+from keras_cait.training.recipe import DEIT
 
-# DeiT main.py defaults (facebookresearch/deit), which CaiT's training reuses.
-WEIGHT_DECAY = 0.05  # --weight-decay 0.05
-EPSILON = 1e-8  # --opt-eps 1e-8 (Keras' AdamW default is 1e-7)
-EMA_MOMENTUM = 0.99996  # --model-ema-decay 0.99996
+# The defaults are DeiT's recipe (keras_cait.training.recipe holds its values).
+WEIGHT_DECAY = DEIT.weight_decay
+EPSILON = DEIT.opt_eps  # Keras' AdamW default is 1e-7
+EMA_MOMENTUM = DEIT.model_ema_decay
 
 
 def _layers(layer):
@@ -38,8 +39,8 @@ def adamw(
     model,
     learning_rate,
     weight_decay=WEIGHT_DECAY,
-    beta_1=0.9,
-    beta_2=0.999,
+    beta_1=DEIT.opt_betas[0],
+    beta_2=DEIT.opt_betas[1],
     epsilon=EPSILON,
     clipnorm=None,
     use_ema=False,

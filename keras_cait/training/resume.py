@@ -44,15 +44,18 @@ class RunRecord:
         self._finished = list(finished)
 
     @classmethod
-    def open(cls, output_dir, command, settings):
+    def open(cls, output_dir, command, settings, recipe=None, recipe_name=None):
         """The record of the run in `output_dir`, started anew where there is none (a `BackupError`
-        when the folder holds a run of another command or other settings)."""
+        when the folder holds a run of another command, other settings or, given a
+        `training.recipe.Recipe`, another recipe: its knobs are in `recipe.json` beside run.json)."""
         path = os.path.join(output_dir, cls.FILENAME)
         settings = json.loads(json.dumps(settings))  # as a rerun reads them back: lists, not tuples
         try:
             with open(path) as file:
                 saved = json.load(file)
         except FileNotFoundError:
+            if recipe is not None:
+                recipe.save(os.path.join(output_dir, RECIPE_FILENAME), recipe_name)
             record = cls(path, command, settings)
             record._write()
             return record
@@ -68,6 +71,8 @@ class RunRecord:
             for key, value in settings.items()
             if old.get(key) != value
         )
+        if recipe is not None:
+            changed = "; ".join(filter(None, [changed, _recipe_differences(output_dir, recipe)]))
         if changed:
             raise BackupError(
                 f"{output_dir} holds a run with other settings ({changed}). Rerun with that run's "
@@ -87,6 +92,24 @@ class RunRecord:
     def _write(self):
         record = {"command": self.command, "settings": self.settings, "finished": self._finished}
         atomic.write_text(self.path, json.dumps(record, indent=2) + "\n")
+
+
+RECIPE_FILENAME = "recipe.json"
+
+
+def _recipe_differences(output_dir, recipe):
+    """The knobs (as flags) in which `recipe` differs from the recipe the run in `output_dir` ran."""
+    from keras_cait.training.recipe import Recipe
+
+    path = os.path.join(output_dir, RECIPE_FILENAME)
+    try:
+        saved = Recipe.load(path)
+    except FileNotFoundError:
+        return f"{path} missing"
+    except (OSError, ValueError, TypeError) as error:
+        raise BackupError(f"{path} is unreadable ({error}); delete the folder to start the run over, or "
+                          "give another --output-dir.") from error
+    return saved.differences(recipe)
 
 
 def _shown(value):

@@ -9,13 +9,14 @@ import math
 import keras
 from keras import ops
 
-# DeiT main.py defaults (facebookresearch/deit): --lr 5e-4 for a batch of 512,
-# --warmup-lr 1e-6, --min-lr 1e-5, --warmup-epochs 5; CaiT trains 400 epochs.
-BASE_LEARNING_RATE = 5e-4
-REFERENCE_BATCH_SIZE = 512
-WARMUP_LEARNING_RATE = 1e-6
-MIN_LEARNING_RATE = 1e-5
-WARMUP_EPOCHS = 5
+from keras_cait.training.recipe import DEIT
+
+# The defaults are DeiT's recipe (keras_cait.training.recipe holds its values).
+BASE_LEARNING_RATE = DEIT.lr
+REFERENCE_BATCH_SIZE = DEIT.lr_batch
+WARMUP_LEARNING_RATE = DEIT.warmup_lr
+MIN_LEARNING_RATE = DEIT.min_lr
+WARMUP_EPOCHS = DEIT.warmup_epochs
 
 
 def scaled_learning_rate(

@@ -37,7 +37,7 @@ def test_the_demo_reaches_its_accuracy_end_to_end_offline(tmp_path):
     # It trains with progress bars and reports both accuracies, far above chance (10%).
     assert "Epoch 1/" in stdout and "val_accuracy" in stdout
     assert summary["init"] == "scratch" and not summary["small"]
-    assert summary["epochs"] == demo.RECIPES["scratch"].epochs
+    assert summary["epochs"] == demo.STARTS["scratch"].epochs
     assert f"validation accuracy: {summary['validation_accuracy']:.1%}" in stdout
     assert f"held-out accuracy of the reloaded SavedModel: {summary['held_out_accuracy']:.1%}" in stdout
     assert summary["held_out_accuracy"] >= 0.93
@@ -96,7 +96,7 @@ class TestStartingPoint:
         reference.save_weights(cache / f"{demo.IMAGENET_ARCH}.{registry.TAG}.weights.h5")
         assert demo.imagenet_weights_available()[0]
 
-        model = demo.build_model("imagenet", demo.RECIPES["imagenet"])
+        model = demo.build_model("imagenet", demo.STARTS["imagenet"])
         assert model.output_shape == (None, 10) and model.input_shape == (None, 64, 64, 3)
         assert [w.name for w in model.trainable_weights] == ["kernel", "bias"]  # the new head only
         for name in ("class_attention_block_1", "self_attention_block_23"):

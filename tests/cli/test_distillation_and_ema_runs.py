@@ -8,6 +8,7 @@ import pytest
 
 from keras_cait.cli import runs
 from keras_cait.cli.errors import UserError
+from keras_cait.training.recipe import Recipe
 
 
 def weights(path):
@@ -22,16 +23,18 @@ def test_deit_highres_finetune_distils_and_keeps_ema_apart(tiny_cait, digits, tm
     keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Flatten(),
                       keras.layers.Dense(10, activation="softmax")]).save(teacher)
     output = str(tmp_path / "run")
-    args = runs.finetune_parser().parse_args([
+    args = runs.parse_arguments("finetune", [
         "--model", student, "--data", data, "--output-dir", output, "--batch-size", "12",
         "--precision", "float32", "--no-jit", "--verbose", "0", "--recipe", "deit-highres",
         "--epochs", "2", "--warmup-epochs", "1", "--model-ema-decay", "0.5", "--repeated-aug", "1",
         "--teacher", teacher, "--distillation-type", "hard",
     ])
-    runs._apply_recipe(args)
-    assert (args.lr, args.weight_decay, args.min_lr, args.head_epochs) == (5e-6, 1e-8, 5e-6, 0)
-    assert args.epochs == 2 and args.model_ema and args.reprob == 0.25  # given flags win
+    recipe = runs.recipe_of(args)
+    assert (recipe.lr, recipe.weight_decay, recipe.min_lr, recipe.head_epochs) == (5e-6, 1e-8, 5e-6, 0)
+    assert recipe.epochs == 2 and recipe.model_ema and recipe.reprob == 0.25  # given flags win
     runs.finetune_run(args)
+    # The recipe the run wrote beside its model is the one it ran.
+    assert Recipe.load(os.path.join(output, "recipe.json")) == recipe
 
     files = sorted(os.listdir(output))
     assert {"best.keras", "final.keras", "ema.keras"} <= set(files), files

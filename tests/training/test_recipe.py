@@ -1,0 +1,104 @@
+"""keras_cait.training.recipe: one object holds every knob, and builds what a run trains with."""
+
+import dataclasses
+import json
+
+import keras
+import numpy as np
+import pytest
+
+from keras_cait.model import build_cait
+from keras_cait.training import Augmentation, adamw, schedule
+from keras_cait.training.recipe import DEIT, RECIPES, Recipe
+from keras_cait.training.resume import BackupError, RunRecord
+from tests.conftest import TINY_CAIT
+
+
+def test_library_defaults_are_deits_recipe():
+    """A default changes in recipe.py alone: the optimizer, schedule and augmentation read it."""
+    augmentation = Augmentation(224, 10)
+    assert (augmentation.rand_augment_magnitude, augmentation.random_erasing, augmentation.mixup_alpha,
+            augmentation.cutmix_alpha, augmentation.switch_prob, augmentation.label_smoothing,
+            augmentation.repeats) == (DEIT.randaugment, DEIT.reprob, DEIT.mixup, DEIT.cutmix,
+                                      DEIT.mixup_switch_prob, DEIT.smoothing, DEIT.repeated_aug)
+    assert augmentation == DEIT.augmentation(224, 10)
+    model = build_cait(**TINY_CAIT, input_shape=(32, 32, 3), classes=3)
+    optimizer = adamw(model, 1e-3)
+    assert (optimizer.weight_decay, optimizer.epsilon, (optimizer.beta_1, optimizer.beta_2)) == (
+        DEIT.weight_decay, DEIT.opt_eps, DEIT.opt_betas)
+    assert schedule.scaled_learning_rate(DEIT.lr_batch) == DEIT.lr
+    epoch_cosine = schedule.EpochCosine(1.0, 10, 3)
+    assert (epoch_cosine.warmup_epochs, epoch_cosine.warmup_start, epoch_cosine.minimum) == (
+        DEIT.warmup_epochs, DEIT.warmup_lr, DEIT.min_lr)
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_the_optimizer_a_recipe_builds_has_every_knob(name):
+    rng = np.random.default_rng(len(name))
+    recipe = RECIPES[name].replace(weight_decay=float(rng.uniform(0, 0.1)), opt_eps=float(rng.uniform(1e-9, 1e-7)),
+                                   opt_betas=(float(rng.uniform(0.8, 0.9)), float(rng.uniform(0.95, 0.999))),
+                                   clip_grad=float(rng.uniform(0.5, 2)), model_ema=bool(rng.integers(2)),
+                                   model_ema_decay=float(rng.uniform(0.9, 0.999)), epochs=12, head_epochs=2)
+    model = build_cait(**TINY_CAIT, input_shape=(32, 32, 3), classes=3)
+    global_batch, steps = int(rng.integers(8, 100)), 7
+    optimizer = recipe.optimizer(model, global_batch, steps)
+    assert (optimizer.weight_decay, optimizer.epsilon, optimizer.beta_1, optimizer.beta_2, optimizer.clipnorm,
+            optimizer.use_ema) == (recipe.weight_decay, recipe.opt_eps, *recipe.opt_betas, recipe.clip_grad,
+                                   recipe.model_ema)
+    if recipe.model_ema:
+        assert optimizer.ema_momentum == recipe.model_ema_decay
+    peak = recipe.lr * global_batch / recipe.lr_batch
+    assert recipe.peak_lr(global_batch) == pytest.approx(peak)
+    # The schedule is the building block the recipe names, with the recipe's values.
+    minimum = min(recipe.min_lr, peak)
+    if recipe.sched == "epoch":
+        expected = schedule.EpochCosine(peak, recipe.epochs, steps, recipe.warmup_epochs, recipe.warmup_lr, minimum)
+    else:
+        expected = schedule.warmup_cosine(peak, recipe.epochs * steps, round(recipe.warmup_epochs * steps),
+                                          recipe.warmup_lr, minimum)
+    every_step = range(recipe.epochs * steps + 2)
+    assert [float(recipe.learning_rate(
+        global_batch, steps)(step)) for step in every_step] == pytest.approx(
+        [float(expected(step)) for step in every_step], rel=1e-6)
+    assert float(optimizer._learning_rate(0)) == pytest.approx(float(expected(0)), rel=1e-6)
+    head = recipe.learning_rate(global_batch, steps, head=True)
+    assert float(head(0)) == pytest.approx(recipe.head_lr * global_batch / recipe.lr_batch, rel=1e-5)
+    assert float(head(recipe.head_epochs * steps)) == pytest.approx(min(recipe.min_lr, recipe.peak_lr(
+        global_batch, head=True)), rel=1e-5)
+
+
+def test_replace_save_load_and_differences_name_the_flags(tmp_path):
+    recipe = RECIPES["deit"].replace(epochs=30, opt_betas=(0.8, 0.99))
+    assert recipe.epochs == 30 and RECIPES["deit"].epochs == 400  # frozen: a copy
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        recipe.epochs = 3
+    path = str(tmp_path / "recipe.json")
+    recipe.save(path, "deit")
+    saved = json.loads(open(path).read())
+    assert saved["recipe"] == "deit" and saved["epochs"] == 30 and saved["opt_betas"] == [0.8, 0.99]
+    assert Recipe.load(path) == recipe
+    assert recipe.differences(recipe.replace(epochs=10, model_ema=False)) == (
+        "--epochs 30 then, 10 now; --model-ema True then, False now")
+    with pytest.raises(TypeError, match="no knob epoch;"):
+        recipe.replace(epoch=3)
+    with pytest.raises(ValueError, match=r"Recipe reprob=1.5: must be between 0 and 1, e.g. 0.25."):
+        recipe.replace(reprob=1.5)
+
+
+def test_a_rerun_with_a_changed_knob_is_refused_by_name(tmp_path):
+    recipe = RECIPES["transfer"]
+    RunRecord.open(str(tmp_path), "finetune", {"--data": "a"}, recipe=recipe, recipe_name="transfer")
+    assert Recipe.load(str(tmp_path / "recipe.json")) == recipe
+    RunRecord.open(str(tmp_path), "finetune", {"--data": "a"}, recipe=recipe)  # the same: resumes
+    with pytest.raises(BackupError, match=r"--head-epochs 2 then, 3 now; --mixup 0.0 then, 0.8 now"):
+        RunRecord.open(str(tmp_path), "finetune", {"--data": "a"}, recipe=recipe.replace(head_epochs=3, mixup=0.8))
+
+
+def test_the_demo_trains_with_its_recipe():
+    from keras_cait.cli import demo
+
+    assert demo.STARTS["scratch"].recipe == RECIPES["demo"]
+    model = build_cait(**TINY_CAIT, input_shape=(32, 32, 3), classes=3)
+    demo._compile(model, RECIPES["demo"], steps_per_epoch=10)
+    assert isinstance(model.optimizer, keras.optimizers.AdamW)
+    assert float(model.optimizer.learning_rate) == pytest.approx(RECIPES["demo"].warmup_lr, rel=1e-4)
