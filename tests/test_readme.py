@@ -1,4 +1,4 @@
-"""The README's examples run as written (a newcomer copies them first)."""
+"""The README's examples run as written (a newcomer copies them first), and the guides' copies of them."""
 
 import os
 import re
@@ -14,9 +14,9 @@ pytestmark = pytest.mark.large
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def readme_python_block(heading):
-    """The first ```python block after `heading` in README.md."""
-    with open(os.path.join(REPOSITORY, "README.md"), encoding="utf-8") as file:
+def readme_python_block(heading, document="README.md"):
+    """The first ```python block after `heading` in `document` (README.md or a guide)."""
+    with open(os.path.join(REPOSITORY, document), encoding="utf-8") as file:
         text = file.read()
     after = text[text.index(heading):]
     return re.search(r"```python\n(.*?)```", after, re.DOTALL).group(1)
@@ -49,17 +49,22 @@ def run(code, cwd):
     return done
 
 
-def test_fine_tuning_snippet_runs_as_written_on_a_folder_of_images(tmp_path):
+@pytest.mark.parametrize("document, heading", [("README.md", "## Fine-tune with model.fit"),
+                                               ("docs/training.md", "## Fine-tuning in your own code")])
+def test_fine_tuning_snippet_runs_as_written_on_a_folder_of_images(document, heading, tmp_path):
     folder = image_folder(tmp_path / "flowers")
-    code = readme_python_block("### Fine-tuning in your own code")
+    code = readme_python_block(heading, document)
     code = substitute(code, r'weights="imagenet"', "weights=None")   # offline: random weights
     code = substitute(code, r'"flowers/"', repr(str(folder)))
-    code = substitute(code, r"epochs=\d+", "epochs=1", count=2)
-    run(code, cwd=tmp_path)
+    code = substitute(code, r'RECIPES\["transfer"\]', 'RECIPES["transfer"].replace(head_epochs=1, epochs=1)')
+    code += "print('stages', model.optimizer.iterations.numpy(), recipe.batch_size)\n"
+    done = run(code, cwd=tmp_path)
     assert (tmp_path / "flowers.keras").stat().st_size > 0
+    # The second stage's optimizer ran one epoch of the recipe's batches: 8 training images of 10.
+    assert done.stdout.split()[-2:] == ["1", "64"], done.stdout[-500:]
 
     # Saving and loading, as the README says: import keras_cait, then keras.models.load_model.
-    load = readme_python_block("### Saving and loading")
+    load = readme_python_block("## Saving and loading", "docs/training.md")
     load += "print(model.output_shape)\n"
     done = run(substitute(load, r'"flowers.keras"', repr(str(tmp_path / "flowers.keras"))),
                cwd=tmp_path)
@@ -72,3 +77,70 @@ def test_fine_tuning_snippet_runs_as_written_on_a_folder_of_images(tmp_path):
         cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode != 0
     assert "Could not locate class 'CaiTModel'" in done.stderr
+
+
+def test_load_and_predict_snippet_runs_as_written(tmp_path):
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (300, 400, 3), dtype=np.uint8)).save(
+        tmp_path / "cat.jpg")
+    code = readme_python_block("## Load and predict")
+    code = substitute(code, r'weights="imagenet"', "weights=None")   # offline: random weights
+    done = run(code, cwd=tmp_path)
+    predictions = eval(done.stdout.strip().splitlines()[-1], {"float32": np.float32, "np": np})  # noqa: S307
+    assert len(predictions) == 1 and len(predictions[0]) == 5
+    assert all(len(entry) == 3 and entry[0].startswith("n") for entry in predictions[0])  # WordNet ids
+
+
+def test_export_and_serve_snippet_answers_the_readme_request(tmp_path):
+    """The README's export, then its REST request body (made by its own printf line) through the
+    SavedModel's signature as TF Serving decodes it: {"b64": ...} becomes the bytes."""
+    import base64
+    import json
+
+    import keras
+
+    from keras_cait.model import build_cait
+    from keras_cait.training import with_new_head
+    from tests.conftest import TINY_CAIT
+
+    backbone = build_cait(**TINY_CAIT, input_shape=(32, 32, 3), include_top=False, pooling="token")
+    with_new_head(backbone, 2, class_names=["daisy", "roses"]).save(tmp_path / "flowers.keras")
+    run(readme_python_block("## Export and serve"), cwd=tmp_path)
+    Image.fromarray(np.full((40, 50, 3), 200, np.uint8)).save(tmp_path / "rose.jpg")
+    with open(os.path.join(REPOSITORY, "README.md"), encoding="utf-8") as file:
+        printf = next(line.strip() for line in file if line.strip().startswith("printf '{\"signature_name\""))
+    subprocess.run(["bash", "-c", printf], cwd=tmp_path, check=True)
+    body = json.loads((tmp_path / "request.json").read_text())
+
+    import tensorflow as tf
+
+    served = tf.saved_model.load(str(tmp_path / "serving" / "flowers" / "1"))
+    signature = served.signatures[body["signature_name"]]
+    images = tf.constant([base64.b64decode(instance["b64"]) for instance in body["instances"]])
+    answer = signature(image_bytes=images)
+    assert sorted(answer["top_k_classes"].numpy()[0].astype(str)) == ["daisy", "roses"]
+    assert keras.ops.convert_to_numpy(answer["probabilities"]).shape == (1, 2)
+
+
+def test_recipes_and_lora_blocks_of_the_training_guide(tmp_path):
+    """The guide's Recipes block and its LoRA block, after a tiny model, data and a run's recipe.json."""
+    from tests.conftest import TINY_CAIT
+
+    prelude = (
+        "import keras, numpy as np\n"
+        "from keras_cait import training\n"
+        "from keras_cait.model import build_cait\n"
+        f"model = build_cait(**{TINY_CAIT!r}, input_shape=(32, 32, 3), classes=2)\n"
+        "training.RECIPES['transfer'].save('runs/flowers/recipe.json', 'transfer')\n"
+        "rng = np.random.default_rng(0)\n"
+        "train_ds = val_ds = (rng.uniform(0, 255, (8, 32, 32, 3)).astype('float32'), np.eye(2)[rng.integers(0, 2, 8)])\n"
+    )
+    (tmp_path / "runs" / "flowers").mkdir(parents=True)
+    recipes = readme_python_block("## Recipes", "docs/training.md")
+    lora = re.findall(r"```python\n(.*?)```", open(os.path.join(REPOSITORY, "docs/training.md")).read().split(
+        "## Saving and loading")[1], re.DOTALL)[1]
+    lora = substitute(lora, r"model.fit\(train_ds, validation_data=val_ds, epochs=10\)",
+                      "model.fit(*train_ds, validation_data=val_ds, epochs=1)")
+    checks = ("assert recipe.epochs == 30 and recipe.drop_path == 0.2 and optimizer.use_ema\n"
+              "assert ran == training.RECIPES['transfer'] and augmentation.repeats == 3\n"
+              "assert not any('lora' in w.path for w in served.weights)\n")
+    run(prelude + recipes + lora + checks, cwd=tmp_path)

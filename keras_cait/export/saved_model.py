@@ -46,7 +46,7 @@ from keras_cait.preprocessing import class_names_of
 
 
 def export_saved_model(
-    model, path, *, top_k=5, class_names=None, from_logits=None, quantization=None, overwrite=False
+    model, path, *, top_k=None, class_names=None, from_logits=None, quantization=None, overwrite=False
 ):
     """Writes `model` as a SavedModel version folder that TF Serving loads as it is.
 
@@ -55,7 +55,8 @@ def export_saved_model(
             0..255 RGB and one output `(batch, classes)`, e.g. `CaiT_S24()`.
         path: the version folder, `MODEL_BASE_PATH/<positive integer>`, e.g.
             "serving/cait_s24/1"; TF Serving serves the highest version.
-        top_k: how many best classes the `top_k_*` outputs list.
+        top_k: how many best classes the `top_k_*` outputs list (default: 5, or every class of
+            a model of fewer).
         class_names: the names of the classes in index order; defaults to the
             model's own `class_names` (kept by a model fitted on a folder), else
             the ImageNet names for 1000 classes, and must be given otherwise.
@@ -79,6 +80,7 @@ def export_saved_model(
     names = _class_names(class_names, classes, model)
     if from_logits is None:
         from_logits = _outputs_logits(model)
+    top_k = min(5, classes) if top_k is None else top_k
     if not 1 <= top_k <= classes:
         raise ValueError(f"top_k={top_k}: must be between 1 and the {classes} classes, e.g. 5.")
     check_version_folder(path, overwrite)
