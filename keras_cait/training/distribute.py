@@ -146,7 +146,7 @@ def _start_jax_processes(processes):
         )
 
 
-def _data_parallel():
+def _data_parallel(devices=None):
     """keras.distribution.DataParallel over every device of every process, which gives each
     evaluation batch the full global size, so that Keras can split it evenly.
 
@@ -172,7 +172,7 @@ def _data_parallel():
                 distributed = distributed.apply(tf.data.experimental.assert_cardinality(batches))
             return distributed
 
-    return DataParallel(devices=keras.distribution.list_devices())
+    return DataParallel(devices=devices or keras.distribution.list_devices())
 
 
 def _full_batches(dataset):
