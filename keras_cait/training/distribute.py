@@ -22,7 +22,8 @@ module asks for explicitly (FILE sharding would give each worker other
 examples, and other step counts, than one process training on the same data).
 The replicas then train as one process with the global batch would: the same
 examples in each step, the gradients averaged over all of them. Process 0 (the
-TF_CONFIG chief, else worker 0) writes the run's files.
+TF_CONFIG chief, else worker 0) writes the run's files. docs/distributed_training.md
+shows the commands of a cluster (by hand, SLURM, Kubernetes).
 """
 
 import contextlib
