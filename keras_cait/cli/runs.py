@@ -83,7 +83,7 @@ def _add_run_arguments(parser, backup_every):
                        help="Keras dtype policy (DeiT trains with AMP float16)")
     group.add_argument("--strategy", choices=distribute.STRATEGIES, default="none",
                        help="none, mirrored (GPUs of this host), multiworker (hosts, TF_CONFIG), "
-                            "dataparallel (JAX backend)")
+                            "dataparallel (JAX backend: this host, or hosts with KERAS_DISTRIBUTION_*)")
     group.add_argument("--seed", type=int, default=0, help="seed of weights init and data")
     group.add_argument("--deterministic", action="store_true",
                        help="deterministic TensorFlow ops (slower; exact resumption)")
@@ -371,8 +371,9 @@ def _compile(model, args, recipe, global_batch, steps, head=False):
     """`model` compiled with the recipe's AdamW and schedule (the head stage's with `head`)."""
     model.compile(
         optimizer=recipe.optimizer(model, global_batch, steps, head=head),
-        loss=keras.losses.CategoricalCrossentropy(),
-        metrics=_metrics(getattr(model, "student", model).output_shape[-1]),
+        # Weighted: rows of sample weight 0 fill up a last, partial batch across hosts (distribute).
+        loss=keras.losses.CategoricalCrossentropy(reduction="mean_with_sample_weight"),
+        weighted_metrics=_metrics(getattr(model, "student", model).output_shape[-1]),
         jit_compile="auto" if args.jit_compile else False,
     )
 
