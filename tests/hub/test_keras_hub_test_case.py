@@ -9,7 +9,9 @@ float32), so both are float32 by design; `test_mixed_policies_keep_timm_s_float3
 what holds instead.
 """
 
-import keras
+import os
+
+import keras_hub
 import numpy as np
 import pytest
 
@@ -19,8 +21,10 @@ from keras_cait.hub import (
     CaiTImageClassifierPreprocessor,
     CaiTImageConverter,
 )
+from keras_cait.preprocessing import IMAGENET_MEAN, IMAGENET_STD
 from tests.conftest import TINY_CAIT, TINY_SIZE
 from tests.hub.keras_hub_test_case import TestCase
+from tests.weights.fake_hf_hub import hf, hub  # noqa: F401  (fixtures)
 
 BACKBONE_KWARGS = dict(image_shape=(TINY_SIZE, TINY_SIZE, 3), **TINY_CAIT)
 TOKENS = 1 + (TINY_SIZE // 16) ** 2
@@ -57,8 +61,12 @@ class CaiTImageClassifierTest(TestCase):
     def setUp(self):
         self.images = np.random.default_rng(1).integers(0, 256, (2, 40, 48, 3)).astype("float32")
         self.labels = [0, 1]
+        self.init_kwargs = self.init_kwargs_of()
+
+    @staticmethod
+    def init_kwargs_of():
         converter = CaiTImageConverter(image_size=(TINY_SIZE, TINY_SIZE))
-        self.init_kwargs = dict(
+        return dict(
             backbone=CaiTBackbone(**BACKBONE_KWARGS),
             num_classes=2,
             preprocessor=CaiTImageClassifierPreprocessor(converter),
@@ -79,4 +87,50 @@ class CaiTImageClassifierTest(TestCase):
             cls=CaiTImageClassifier,
             init_kwargs=self.init_kwargs,
             input_data=normalised_images(),
+        )
+
+    @pytest.mark.large
+    def test_saved_preset_folder(self):
+        classifier = CaiTImageClassifier(**self.init_kwargs)
+        folder = os.path.join(self.get_temp_dir(), "preset")
+        classifier.save_to_preset(folder)
+        self.run_preset_test(
+            cls=keras_hub.models.ImageClassifier,
+            preset=folder,
+            input_data=normalised_images(),
+            expected_output=classifier(normalised_images()),
+        )
+
+
+class CaiTPresetTest(TestCase):
+    """`run_preset_test` on a released preset, served by the fake hub (a random timm checkpoint)."""
+
+    @pytest.fixture(autouse=True)
+    def released_checkpoint(self, hf, hub, timm_checkpoint, timm_reference, keras_cache, monkeypatch):
+        from keras_cait.weights import CHECKPOINTS
+
+        monkeypatch.setitem(CHECKPOINTS["cait_xxs24_224"], "sha256", None)  # verified by the hub's hash
+        reference, body = timm_checkpoint("cait_xxs24_224")
+        hub.serve("cait_xxs24_224", body)
+        uint8 = timm_reference.images(2, 224)
+        self.logits, _ = timm_reference.outputs(reference, uint8)
+        self.images = ((uint8 / 255.0 - IMAGENET_MEAN) / IMAGENET_STD).astype("float32")
+
+    @pytest.mark.large
+    def test_released_classifier_preset(self):
+        self.run_preset_test(
+            cls=CaiTImageClassifier,
+            preset="cait_xxs24_224",
+            input_data=self.images,
+            expected_output_shape=(2, 1000),
+            expected_partial_output=self.logits[0],  # timm's logits (atol 0.01)
+        )
+
+    @pytest.mark.large
+    def test_released_backbone_preset(self):
+        self.run_preset_test(
+            cls=CaiTBackbone,
+            preset="cait_xxs24_224",
+            input_data=self.images,
+            expected_output_shape=(2, 197, 192),
         )
