@@ -1,8 +1,8 @@
 """keras-hub's own `TestCase`, imported from the installed keras-hub (its wheel ships it).
 
 keras-hub's test_case.py imports `grain` at its top, for its Grain preprocessing checks
-(`run_grain_preprocessing_test`), which no CaiT test calls; grain comes with keras-hub's
-[grain] extra, which `pip install -e ".[test]"` installs. Where it is missing, a module that
+(`run_grain_preprocessing_test`), which no CaiT test calls. grain is keras-hub's optional
+[grain] extra, which keras-cait[test] does not install. Where it is missing, a module that
 raises on first use stands for it: the import succeeds, and any check that did use grain
 would fail naming the missing package, never pass or skip.
 """
