@@ -103,6 +103,26 @@ def test_a_dtype_policy_map_sets_each_layer_by_its_path():
 
 
 @pytest.mark.large
+def test_keras_hub_s_from_preset_passes_a_dtype_to_a_saved_cait(tmp_path):
+    tiny_classifier(tiny_backbone()).save_to_preset(str(tmp_path / "preset"))
+
+    loaded = keras_hub.models.ImageClassifier.from_preset(str(tmp_path / "preset"), dtype="mixed_bfloat16")
+
+    assert stream_and_matmul_dtypes(loaded.backbone) == ({"float32"}, {"bfloat16"})
+    assert loaded.predict(images(), verbose=0).dtype == "float32"
+
+
+@pytest.mark.large
+def test_a_released_preset_refuses_a_quantized_backbone_before_fetching_anything(no_network):
+    policy_map = keras.dtype_policies.DTypePolicyMap("float32")
+    policy_map["self_attention_block_0/mlp_dense_1"] = keras.dtype_policies.get("int8_from_float32")
+
+    with pytest.raises(ValueError, match=r"cait_xxs24_224: the backbone's self_attention_block_0/mlp_dense_1/kernel "
+                                         r"holds integers \(quantized\) .* then call backbone.quantize"):
+        CaiTBackbone.from_preset("cait_xxs24_224", dtype=policy_map)
+
+
+@pytest.mark.large
 @pytest.mark.parametrize("mode", ["int8", "int4", "float8"])
 def test_a_quantized_preset_loads_back_through_keras_hub_with_equal_outputs(tmp_path, mode):
     classifier = tiny_classifier(tiny_backbone())
