@@ -36,8 +36,15 @@ def float32_if_mixed(policy):
     Under "mixed_float16" / "mixed_bfloat16" the matmuls run in half precision
     while the normalisation statistics, their gamma/beta and the logits stay in
     float32, as torch.autocast keeps them in the reference's AMP training.
+    A `DTypePolicyMap` (per-layer policies, as keras-hub rebuilds a quantized
+    model) is returned as it is, or with a float32 default where its default is mixed.
     """
     policy = keras.dtype_policies.get(policy)
+    if isinstance(policy, keras.dtype_policies.DTypePolicyMap):
+        default = float32_if_mixed(policy.default_policy)
+        if default == policy.default_policy.name:
+            return policy
+        return keras.dtype_policies.DTypePolicyMap(default, dict(policy.items()))
     return "float32" if policy.compute_dtype != policy.variable_dtype else policy.name
 
 
@@ -478,6 +485,7 @@ def build_cait(
     include_preprocessing=True,
     drop_path_rate=0.0,
     name="cait",
+    dtype=None,
 ):
     """Builds a CaiT as a functional `CaiTModel` (a `keras.Model`) with freshly initialised weights.
 
@@ -486,6 +494,8 @@ def build_cait(
     `include_top=False` the output is the normalised token sequence
     `(batch, 1 + patches, embed_dim)` (class token first) for `pooling=None`,
     the class token for `pooling="token"`, the patch mean for `pooling="avg"`.
+    `dtype`: the layers' dtype policy (a name, a `DTypePolicy` or a
+    `DTypePolicyMap`); None takes the global one (`keras.config.dtype_policy()`).
     """
     if pooling not in POOLING_MODES:
         raise ValueError(f"pooling={pooling!r}: must be one of {POOLING_MODES}.")
@@ -508,7 +518,7 @@ def build_cait(
     # === Patches and positions ===
     x = inputs
     if channels_first:
-        x = keras.layers.Permute((2, 3, 1), name="channels_last")(x)
+        x = keras.layers.Permute((2, 3, 1), name="channels_last", dtype=dtype)(x)
     if include_preprocessing and input_shape[2] != 3:
         raise ValueError(
             f"input_shape {tuple(input_shape)}: include_preprocessing normalises RGB images "
@@ -520,15 +530,16 @@ def build_cait(
             mean=[255.0 * m for m in IMAGENET_MEAN],
             variance=[(255.0 * s) ** 2 for s in IMAGENET_STD],
             name="preprocessing",
+            dtype=dtype,
         )(x)
-    x = PatchEmbedding(embed_dim, patch_size, name="patch_embedding")(x)
+    x = PatchEmbedding(embed_dim, patch_size, name="patch_embedding", dtype=dtype)(x)
     # Under mixed precision the residual stream is float32 from here on (the
     # position embedding and class token are float32 parameters in timm's AMP).
-    stream_dtype = float32_if_mixed(keras.config.dtype_policy())
+    stream_dtype = float32_if_mixed(dtype)
     patches = PositionEmbedding(grid_size, name="position_embedding", dtype=stream_dtype)(x)
 
     # === Self-attention stage ===
-    block_args = dict(num_heads=num_heads, mlp_ratio=mlp_ratio, init_values=init_values)
+    block_args = dict(num_heads=num_heads, mlp_ratio=mlp_ratio, init_values=init_values, dtype=dtype)
     for i in range(depth):
         patches = SelfAttentionBlock(
             **block_args, drop_path_rate=drop_path_rate, name=f"self_attention_block_{i}"
@@ -552,7 +563,7 @@ def build_cait(
         pool = keras.layers.Flatten(data_format="channels_last", name="token_pool", dtype=head_dtype)
         features = pool(final_norm(class_token))
     else:
-        tokens = keras.layers.Concatenate(axis=1, name="tokens")([class_token, patches])
+        tokens = keras.layers.Concatenate(axis=1, name="tokens", dtype=dtype)([class_token, patches])
         features = final_norm(tokens)
         if pooling == "avg":
             # Pooled from the whole sequence, so that the class-attention blocks stay in

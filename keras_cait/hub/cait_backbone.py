@@ -1,26 +1,10 @@
 """`CaiTBackbone`: the CaiT of `keras_cait.model.build_cait` as a keras-hub Backbone."""
 
-import contextlib
-
 import keras
 import keras_hub
 
 from keras_cait.hub import presets
 from keras_cait.model import build_cait
-
-
-@contextlib.contextmanager
-def _global_dtype_policy(dtype):
-    """`build_cait` takes its dtype policy from the global one, as keras.applications do."""
-    if dtype is None:
-        yield
-        return
-    previous = keras.config.dtype_policy()
-    keras.config.set_dtype_policy(dtype)
-    try:
-        yield
-    finally:
-        keras.config.set_dtype_policy(previous)
 
 
 @keras.saving.register_keras_serializable(package="keras_cait")
@@ -41,7 +25,11 @@ class CaiTBackbone(keras_hub.models.Backbone):
         mlp_ratio: MLP width / `embed_dim`.
         class_attention_depth: number of class-attention blocks (2).
         drop_path_rate: stochastic-depth rate, the same for every block.
-        dtype: dtype policy of the layers (default: the global policy).
+        dtype: dtype policy of the layers: a name ("mixed_bfloat16"), a
+            `DTypePolicy`, or a `DTypePolicyMap` (as keras-hub rebuilds a quantized
+            backbone); default: the global policy. Under a mixed policy the
+            residual stream, the LayerNorms and LayerScale stay float32, as in
+            timm under torch.autocast, so the output is float32.
 
     Example:
         backbone = CaiTBackbone.from_preset("cait_xxs24_224")   # ImageNet weights
@@ -63,14 +51,13 @@ class CaiTBackbone(keras_hub.models.Backbone):
         **kwargs,
     ):
         # === Functional Model ===
-        with _global_dtype_policy(dtype):
-            cait = build_cait(
-                embed_dim=embed_dim, depth=depth, num_heads=num_heads, init_values=init_values,
-                patch_size=patch_size, mlp_ratio=mlp_ratio,
-                class_attention_depth=class_attention_depth, include_top=False,
-                input_shape=tuple(image_shape), include_preprocessing=False,
-                drop_path_rate=drop_path_rate,
-            )
+        cait = build_cait(
+            embed_dim=embed_dim, depth=depth, num_heads=num_heads, init_values=init_values,
+            patch_size=patch_size, mlp_ratio=mlp_ratio,
+            class_attention_depth=class_attention_depth, include_top=False,
+            input_shape=tuple(image_shape), include_preprocessing=False,
+            drop_path_rate=drop_path_rate, dtype=dtype,
+        )
         super().__init__(inputs=cait.input, outputs=cait.output, dtype=dtype, **kwargs)
 
         # === Config ===
@@ -99,7 +86,7 @@ class CaiTBackbone(keras_hub.models.Backbone):
         """A released checkpoint by its timm name (`"cait_s24_224"`), or any keras-hub preset."""
         if not presets.is_released(preset):
             return super().from_preset(preset, load_weights=load_weights, **kwargs)
-        backbone = cls(**presets.backbone_config(preset), **kwargs)
+        backbone = cls(**{**presets.backbone_config(preset), **kwargs})
         if load_weights:
             presets.load_imagenet_weights(backbone, preset)
         return backbone

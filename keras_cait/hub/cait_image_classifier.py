@@ -6,6 +6,7 @@ import keras_hub
 from keras_cait.hub import presets
 from keras_cait.hub.cait_backbone import CaiTBackbone
 from keras_cait.hub.cait_image_classifier_preprocessor import CaiTImageClassifierPreprocessor
+from keras_cait.model import float32_if_mixed
 
 POOLING_MODES = ("token", "avg")
 
@@ -26,7 +27,8 @@ class CaiTImageClassifier(keras_hub.models.ImageClassifier):
             "avg" (mean of the patch tokens).
         activation: of the head; None (default) returns logits.
         dropout: before the head.
-        head_dtype: dtype policy of the head (default: the backbone's).
+        head_dtype: dtype policy of the head; default: the backbone's, but
+            float32 under a mixed policy, as the float32 stream it reads.
 
     Example:
         classifier = CaiTImageClassifier.from_preset("cait_s24_224")
@@ -52,7 +54,7 @@ class CaiTImageClassifier(keras_hub.models.ImageClassifier):
     ):
         if pooling not in POOLING_MODES:
             raise ValueError(f"pooling={pooling!r}: must be one of {POOLING_MODES}.")
-        head_dtype = head_dtype or backbone.dtype_policy
+        head_dtype = head_dtype or float32_if_mixed(backbone.dtype_policy)
 
         # === Layers ===
         self.backbone = backbone
@@ -82,7 +84,8 @@ class CaiTImageClassifier(keras_hub.models.ImageClassifier):
         """A released checkpoint by its timm name, or any keras-hub preset (folder, hf://, kaggle://).
 
         For `"cait_s24_224"` and the other released names (`keras_cait.hub.PRESETS`)
-        the weights are those of `keras_cait.CaiT_S24(weights="imagenet")`. As for
+        the weights are timm's checkpoint, fetched as `weights="imagenet"` fetches it
+        and put straight into this one model (`presets.load_imagenet_weights`). As for
         keras-hub's classifiers, passing `num_classes` gives a new, random head.
         `load_weights=False` builds the architecture with random weights and
         downloads nothing.

@@ -80,6 +80,10 @@ class TalkingHeadsAttention(keras.layers.Layer):
         self.output_projection.build(input_shape)
 
     def _mix_heads(self, scores, dense):
+        if dense.quantization_mode is not None:
+            # A quantized kernel (model.quantize) holds integers and its scale: only the
+            # layer's own call computes with it, over the heads as the last axis.
+            return ops.transpose(dense(ops.transpose(scores, (0, 2, 3, 1))), (0, 3, 1, 2))
         # scores (B, H, N, M) -> (B, H, N*M) so that mixing the heads is one matmul
         # of the transposed H×H kernel with no transposes of the large tensor.
         batch, heads, queries, keys = ops.shape(scores)

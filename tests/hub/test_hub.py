@@ -31,6 +31,19 @@ def tiny_classifier(num_classes=3):
     return CaiTImageClassifier(backbone, num_classes, preprocessor=CaiTImageClassifierPreprocessor(converter))
 
 
+def count_weights_created(monkeypatch):
+    """A list that grows by one for every layer weight created from now on."""
+    created = []
+    add_weight = keras.layers.Layer.add_weight
+
+    def counted(self, *args, **kwargs):
+        created.append(self.name)
+        return add_weight(self, *args, **kwargs)
+
+    monkeypatch.setattr(keras.layers.Layer, "add_weight", counted)
+    return created
+
+
 def photos(sizes, seed=0):
     rng = np.random.default_rng(seed)
     return [rng.integers(0, 256, (height, width, 3), dtype=np.uint8) for height, width in sizes]
@@ -46,17 +59,47 @@ def test_from_preset_fetches_the_imagenet_weights_and_computes_timm_logits(
     images = timm_reference.images(2, 224)  # at the input size the transform leaves them as they are
     expected, _ = timm_reference.outputs(reference, images)
 
+    weights_created = count_weights_created(monkeypatch)
+
     classifier = CaiTImageClassifier.from_preset("cait_xxs24_224")
 
     timm_reference.assert_matches(classifier.predict(images, verbose=0), expected, "logits")
     assert (classifier.backbone.depth, classifier.backbone.embed_dim) == (24, 192)
     assert classifier.preprocessor.image_size == (224, 224)
+    assert len(weights_created) == len(classifier.weights), "one model: the checkpoint goes straight into it"
+    assert not os.path.exists(keras_cache), "nothing converted is written beside the HF cache"
 
     tuned = CaiTImageClassifier.from_preset("cait_xxs24_224", num_classes=5)
 
-    assert len(hub.requests) == 2, "the converted weights come from keras_cait's cache"
+    # The file's bytes came once; the second load asked only for its revision (a HEAD), as timm does.
+    assert [method for method, _, _ in hub.requests] == ["HEAD", "GET", "HEAD"]
     assert tuned.output_dense.kernel.shape == (192, 5)
     for got, want in zip(tuned.backbone.weights, classifier.backbone.weights):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(got), keras.ops.convert_to_numpy(want))
+
+
+@pytest.mark.large
+def test_without_the_hugging_face_cache_the_checkpoint_is_downloaded_once_into_keras_cait_s_cache(
+    hub, timm_reference, timm_checkpoint, keras_cache, monkeypatch
+):
+    """KERAS_CAIT_HUB_URL (a plain mirror) or no huggingface_hub: keras_cait's own downloader."""
+    from keras_cait.weights.registry import HUB_URL_ENV
+
+    monkeypatch.setitem(CHECKPOINTS["cait_xxs24_224"], "sha256", None)  # verified by the hub's hash
+    monkeypatch.setenv(HUB_URL_ENV, hub.url + "/timm")
+    reference, body = timm_checkpoint("cait_xxs24_224")
+    hub.serve("cait_xxs24_224", body)
+    images = timm_reference.images(2, 224)
+    _, expected = timm_reference.outputs(reference, images)
+    normalised = (images / 255.0 - IMAGENET_MEAN) / IMAGENET_STD
+
+    backbone = CaiTBackbone.from_preset("cait_xxs24_224")
+    again = CaiTBackbone.from_preset("cait_xxs24_224")
+
+    timm_reference.assert_matches(keras.ops.convert_to_numpy(backbone(normalised))[:, 0], expected, "class token")
+    assert [method for method, _, _ in hub.requests] == ["GET", "GET"], "one download: the 302 and the CDN"
+    assert os.listdir(keras_cache) == ["cait_xxs24_224.fb_dist_in1k.safetensors"]
+    for got, want in zip(again.weights, backbone.weights):
         np.testing.assert_array_equal(keras.ops.convert_to_numpy(got), keras.ops.convert_to_numpy(want))
 
 
