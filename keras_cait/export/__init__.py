@@ -11,7 +11,7 @@ One module per format over a shared core:
 
 These modules are TensorFlow by nature (SavedModel signatures, tf.image, TFLite);
 the model code they export stays backend-neutral. A float32 CaiT classifier is
-exported as its inference graph (`keras_cait.inference_graph`): the same
+exported as its inference graph (`keras_cait.export.inference_graph`): the same
 outputs, with the normalisation, LayerScale and attention scale folded into the
 weights and a graph that oneDNN, ONNX Runtime and OpenVINO fuse; any other
 model (mixed precision, quantised, other heads) as the Keras model itself.

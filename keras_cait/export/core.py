@@ -8,7 +8,7 @@ import re
 import keras
 import tensorflow as tf
 
-from keras_cait.inference_graph import InferenceGraph, folds
+from keras_cait.export.inference_graph import InferenceGraph, folds
 from keras_cait.training.lora import merge_lora
 
 QUANTIZATIONS = (None, "dynamic_int8")

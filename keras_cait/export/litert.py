@@ -10,14 +10,14 @@ from keras_cait.export.core import (
     require_tensorflow_backend,
     traced,
 )
-from keras_cait.inference_graph import InferenceGraph
+from keras_cait.export.inference_graph import InferenceGraph
 
 
 def export_litert(model, path, *, quantization=None, overwrite=False):
     """Writes `model` as a LiteRT (TFLite) flatbuffer.
 
     A float32 CaiT classifier is converted as its folded inference graph
-    (`keras_cait.inference_graph`), any other model with Keras'
+    (`keras_cait.export.inference_graph`), any other model with Keras'
     `model.export(format="litert")`.
 
     Args:

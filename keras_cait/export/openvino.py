@@ -11,7 +11,7 @@ from keras_cait.export.core import (
     require_tensorflow_backend,
     traced,
 )
-from keras_cait.inference_graph import InferenceGraph
+from keras_cait.export.inference_graph import InferenceGraph
 
 
 def export_openvino(model, path, *, quantization=None, overwrite=False):
@@ -21,7 +21,7 @@ def export_openvino(model, path, *, quantization=None, overwrite=False):
     `.bin`); input `images` `(batch, H, W, 3)` float32 RGB 0..255, one output
     (`predictions` for a CaiT classifier): what the model outputs. A float32
     CaiT classifier is written as its folded inference graph
-    (`keras_cait.inference_graph`), any other model as Keras exports it.
+    (`keras_cait.export.inference_graph`), any other model as Keras exports it.
     Needs `pip install "keras-cait[openvino]"`.
 
     OpenVINO's CPU plugin computes in bfloat16 where the CPU has it (AVX512-BF16,
