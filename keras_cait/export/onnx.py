@@ -8,7 +8,10 @@ import tensorflow as tf
 
 from keras_cait.atomic import written_atomically
 from keras_cait.export.core import check_file, inference_form, quantized, require_tensorflow_backend
+from keras_cait.export.formats import by_exporter
 from keras_cait.export.inference_graph import InferenceGraph
+
+FORMAT = by_exporter("export_onnx")
 
 
 def export_onnx(model, path, *, quantization=None, overwrite=False, opset_version=None):
@@ -35,7 +38,7 @@ def export_onnx(model, path, *, quantization=None, overwrite=False, opset_versio
     copy): int8 kernels, dequantised inside the graph.
     """
     require_tensorflow_backend("export_onnx")
-    check_file(path, ".onnx", overwrite)
+    check_file(path, FORMAT.suffix, overwrite)
     model = quantized(model, path, quantization)
     import tf2onnx
 
