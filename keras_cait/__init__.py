@@ -34,13 +34,14 @@ from keras_cait.variants import (
 
 __version__ = "0.1.0"
 
-_EXPORTERS = ("export_saved_model", "export_onnx", "export_litert", "export_openvino")
-
 
 def __getattr__(name):
     # Training and export import TensorFlow, which a JAX or PyTorch user need not load.
-    if name in _EXPORTERS:
-        return getattr(importlib.import_module("keras_cait.export"), name)
+    if name.startswith("export_"):
+        # An exporter is a row of the formats table (keras_cait/export/formats.py), read only now.
+        export = importlib.import_module("keras_cait.export")
+        if name in export.EXPORTERS:
+            return getattr(export, name)
     if name == "training":
         return importlib.import_module("keras_cait.training")
     raise AttributeError(f"module 'keras_cait' has no attribute {name!r}")

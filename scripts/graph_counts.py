@@ -7,7 +7,7 @@ For one CaiT (random timm weights, loaded into keras_cait through its converter)
 - TensorFlow: the ops of the function that `serving_default` runs, in the saved
   graph and as executed after Grappler and oneDNN's rewrites (a frozen copy run
   once in a session on one image, partition graphs read back), for the folded
-  inference graph that the exports write (`keras_cait.inference_graph`) and for
+  inference graph that the exports write (`keras_cait.export.inference_graph`) and for
   the Keras model traced as it is;
 - ONNX: the nodes of `export_onnx`'s file and of timm's `torch.onnx.export`, and
   those ONNX Runtime runs after its fusions (its saved optimised graph);
@@ -136,7 +136,7 @@ def main():
         timm_onnx = export_timm_onnx(spec, workdir, os.path.join(workdir, "timm.onnx"))
 
         from keras_cait.export import export_onnx, export_openvino
-        from keras_cait.inference_graph import InferenceGraph
+        from keras_cait.export.inference_graph import InferenceGraph
 
         model = _keras_model(spec, workdir)
         image_shape = tuple(model.inputs[0].shape[1:])

@@ -26,6 +26,14 @@ from keras_cait.cli.errors import (
     weights_errors,
     writing,
 )
+from keras_cait.export.formats import (
+    FORMATS,
+    QUANTIZATION_MODES,
+    file_formats,
+    folder_format,
+    format_of,
+    quantization_modes,
+)
 
 # Every CaiT built by name classifies the 1000 ImageNet classes.
 IMAGENET_CLASSES = 1000
@@ -169,11 +177,12 @@ def export(args):
     from keras_cait import export as exporters
 
     output = args.output.rstrip("/")
-    is_file = output.endswith((".onnx", ".tflite", ".xml"))
+    is_file = format_of(output).suffix is not None
     if args.top_k is not None and is_file:
+        folder = folder_format().name
         raise usage(
-            "--top-k applies to SavedModels only (ONNX, LiteRT and OpenVINO output scores); "
-            "leave it out, or export a SavedModel version folder."
+            f"--top-k applies to {folder}s only ({_listed(row.name for row in file_formats())} output "
+            f"scores); leave it out, or export a {folder} version folder."
         )
     _check_model_argument(args, "--top-k")
     check_range("--top-k", args.top_k, 1, example=5)
@@ -199,17 +208,32 @@ def export(args):
 
 
 def _export(exporters, model, output, args):
-    if output.endswith(".onnx"):
-        exporters.export_onnx(model, output, quantization=args.quantization, overwrite=args.overwrite)
-    elif output.endswith(".tflite"):
-        exporters.export_litert(model, output, quantization=args.quantization, overwrite=args.overwrite)
-    elif output.endswith(".xml"):
-        exporters.export_openvino(model, output, quantization=args.quantization, overwrite=args.overwrite)
-    else:
-        exporters.export_saved_model(
-            model, output, top_k=args.top_k or min(5, _classes(model, args.model)),
-            quantization=args.quantization, overwrite=args.overwrite,
-        )
+    row = format_of(output)
+    options = {"quantization": args.quantization, "overwrite": args.overwrite}
+    if row.suffix is None:  # a SavedModel version folder, whose top_k outputs list the best classes
+        options["top_k"] = args.top_k or min(5, _classes(model, args.model))
+    getattr(exporters, row.exporter)(model, output, **options)
+
+
+def _listed(names, last="and"):
+    """["A", "B", "C"] -> "A, B and C"."""
+    names = list(names)
+    return f" {last} ".join(filter(None, [", ".join(names[:-1]), names[-1]]))
+
+
+def _export_help():
+    """The help of `keras-cait export`, its OUTPUT and --quantization, from the formats table."""
+    files = file_formats()
+    modes = "; ".join(
+        f"{mode}: {QUANTIZATION_MODES[mode]} ({', '.join(r.name for r in FORMATS if mode in r.quantizations)})"
+        for mode in quantization_modes()
+    )
+    return {
+        "command": f"write a {folder_format().name} for TF Serving, or an {' / '.join(r.name for r in files)} file",
+        "output": "TF Serving version folder MODEL_BASE_PATH/<n> (e.g. serving/cait/1), or a "
+                  + _listed((f"{r.suffix} ({r.name})" for r in files), "or") + " file",
+        "quantization": modes,
+    }
 
 
 def attention(args):
@@ -269,21 +293,14 @@ def build_parser():
     add_debug_flag(c)
     c.set_defaults(run=convert)
 
-    e = commands.add_parser(
-        "export", help="write a SavedModel for TF Serving, or an ONNX / LiteRT / OpenVINO file"
-    )
-    e.add_argument(
-        "output",
-        help="TF Serving version folder MODEL_BASE_PATH/<n> (e.g. serving/cait/1), or a .onnx, .tflite "
-             "or OpenVINO .xml file",
-    )
+    export_help = _export_help()
+    e = commands.add_parser("export", help=export_help["command"])
+    e.add_argument("output", help=export_help["output"])
     e.add_argument("--model", default="cait_s24_224", help="a saved .keras model (e.g. runs/ft/best.keras) or cait_<variant>[_<resolution>] "
                         "(default: %(default)s)")
     e.add_argument("--weights", help="for a CaiT name: imagenet, none, or a checkpoint path (default: imagenet)")
     e.add_argument("--top-k", type=int, help="SavedModel only: classes in the top_k outputs (default: 5)")
-    e.add_argument("--quantization", choices=["int8", "int4", "float8", "dynamic_int8"],
-                   help="int8: Keras int8 (SavedModel, ONNX); int4, float8: Keras int4 / float8 (SavedModel); "
-                        "dynamic_int8: TFLite int8 weights (LiteRT)")
+    e.add_argument("--quantization", choices=quantization_modes(), help=export_help["quantization"])
     e.add_argument("--overwrite", action="store_true", help="replace an existing version folder or file")
     add_debug_flag(e)
     e.set_defaults(run=export)

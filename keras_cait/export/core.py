@@ -8,14 +8,9 @@ import re
 import keras
 import tensorflow as tf
 
-from keras_cait.inference_graph import InferenceGraph, folds
+from keras_cait.export.formats import format_of
+from keras_cait.export.inference_graph import InferenceGraph, folds
 from keras_cait.training.lora import merge_lora
-
-QUANTIZATIONS = (None, "dynamic_int8")
-# Keras' own `model.quantize` modes that the SavedModel export takes (docs/export.md).
-KERAS_QUANTIZATIONS = (None, "int8", "int4", "float8")
-# ... and the ONNX export: tf2onnx unpacks int4 kernels to float32 and has no float8.
-ONNX_QUANTIZATIONS = (None, "int8")
 
 
 def inference_form(model, runtime="tensorflow"):
@@ -59,46 +54,24 @@ def require_tensorflow_backend(function):
 def check_destination(path, overwrite=False, quantization=None):
     """Raises unless an export may write `path`; cheap, so callers check before building a model.
 
-    A path ending in `.onnx`, `.tflite` or `.xml` is a file for `export_onnx` /
-    `export_litert` / `export_openvino`; anything else is a SavedModel version folder,
+    The format is the row of `keras_cait.export.formats.FORMATS` that `path` names: a path
+    ending in a file format's suffix (`.onnx`, `.tflite`, `.xml`) is a file for its
+    exporter; anything else is a SavedModel version folder,
     `MODEL_BASE_PATH/<positive integer>`. An existing destination is refused
     unless `overwrite`, and a `quantization` that the format does not take.
     """
     check_quantization(path, quantization)
-    for suffix in (".onnx", ".tflite", ".xml"):
-        if os.fspath(path).endswith(suffix):
-            return check_file(path, suffix, overwrite)
+    suffix = format_of(path).suffix
+    if suffix is not None:
+        return check_file(path, suffix, overwrite)
     return check_version_folder(path, overwrite)
 
 
 def check_quantization(path, quantization):
     """Raises unless the export to `path` (the format from its suffix) takes `quantization`."""
-    path = os.fspath(path)
-    if path.endswith(".xml") and quantization is not None:
-        raise ValueError(
-            f"quantization={quantization!r}: the OpenVINO export is float only, since Keras' int8 "
-            "model does not convert to OpenVINO correctly; export the float model and compress it "
-            "with OpenVINO's NNCF (nncf.compress_weights), or use int8 with a SavedModel or ONNX."
-        )
-    if path.endswith(".tflite") and quantization == "int8":
-        raise ValueError(
-            "quantization='int8': Keras' int8 model does not convert to LiteRT (TFLite's "
-            "fully_connected takes no int8 activations); use quantization='dynamic_int8', "
-            "TFLite's own int8 weights."
-        )
-    if path.endswith(".onnx") and quantization not in ONNX_QUANTIZATIONS:
-        raise ValueError(
-            f"quantization={quantization!r}: must be one of {ONNX_QUANTIZATIONS}, e.g. 'int8', for "
-            "ONNX (tf2onnx unpacks int4 kernels to float32, no smaller than float, and has no "
-            "float8); export a SavedModel for 'int4' or 'float8'."
-        )
-    allowed = QUANTIZATIONS if path.endswith(".tflite") else KERAS_QUANTIZATIONS
-    if not path.endswith(".xml") and quantization not in allowed:
-        smaller = " or ".join(repr(mode) for mode in allowed[2:])
-        raise ValueError(
-            f"quantization={quantization!r}: must be one of {allowed[:2]}, e.g. {allowed[1]!r}"
-            + (f", or Keras' smaller {smaller}." if smaller else ".")
-        )
+    refused = format_of(path).refused(quantization)
+    if refused:
+        raise ValueError(refused)
 
 
 def check_version_folder(path, overwrite):

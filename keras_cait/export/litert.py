@@ -10,14 +10,17 @@ from keras_cait.export.core import (
     require_tensorflow_backend,
     traced,
 )
-from keras_cait.inference_graph import InferenceGraph
+from keras_cait.export.formats import by_exporter
+from keras_cait.export.inference_graph import InferenceGraph
+
+FORMAT = by_exporter("export_litert")
 
 
 def export_litert(model, path, *, quantization=None, overwrite=False):
     """Writes `model` as a LiteRT (TFLite) flatbuffer.
 
     A float32 CaiT classifier is converted as its folded inference graph
-    (`keras_cait.inference_graph`), any other model with Keras'
+    (`keras_cait.export.inference_graph`), any other model with Keras'
     `model.export(format="litert")`.
 
     Args:
@@ -29,7 +32,7 @@ def export_litert(model, path, *, quantization=None, overwrite=False):
         overwrite: replace an existing file.
     """
     require_tensorflow_backend("export_litert")
-    check_file(path, ".tflite", overwrite)
+    check_file(path, FORMAT.suffix, overwrite)
     check_quantization(path, quantization)
     converter_options = {}
     if quantization == "dynamic_int8":

@@ -8,7 +8,10 @@ import tensorflow as tf
 
 from keras_cait.atomic import written_atomically
 from keras_cait.export.core import check_file, inference_form, quantized, require_tensorflow_backend
-from keras_cait.inference_graph import InferenceGraph
+from keras_cait.export.formats import by_exporter
+from keras_cait.export.inference_graph import InferenceGraph
+
+FORMAT = by_exporter("export_onnx")
 
 
 def export_onnx(model, path, *, quantization=None, overwrite=False, opset_version=None):
@@ -19,7 +22,7 @@ def export_onnx(model, path, *, quantization=None, overwrite=False, opset_versio
     `classifier_activation=None`). Needs `pip install "keras-cait[onnx]"`.
 
     A float32 CaiT classifier is written as its folded inference graph
-    (`keras_cait.inference_graph`: normalisation, LayerScale and attention
+    (`keras_cait.export.inference_graph`: normalisation, LayerScale and attention
     scale folded into the weights, LayerNorm and GELU in the forms ONNX Runtime
     fuses). Any other model is exported as Keras' `model.export(path,
     format="onnx")` does on the TensorFlow backend (tf2onnx's public `from_function` on the traced model),
@@ -35,7 +38,7 @@ def export_onnx(model, path, *, quantization=None, overwrite=False, opset_versio
     copy): int8 kernels, dequantised inside the graph.
     """
     require_tensorflow_backend("export_onnx")
-    check_file(path, ".onnx", overwrite)
+    check_file(path, FORMAT.suffix, overwrite)
     model = quantized(model, path, quantization)
     import tf2onnx
 

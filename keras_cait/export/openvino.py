@@ -11,7 +11,10 @@ from keras_cait.export.core import (
     require_tensorflow_backend,
     traced,
 )
-from keras_cait.inference_graph import InferenceGraph
+from keras_cait.export.formats import by_exporter
+from keras_cait.export.inference_graph import InferenceGraph
+
+FORMAT = by_exporter("export_openvino")
 
 
 def export_openvino(model, path, *, quantization=None, overwrite=False):
@@ -21,7 +24,7 @@ def export_openvino(model, path, *, quantization=None, overwrite=False):
     `.bin`); input `images` `(batch, H, W, 3)` float32 RGB 0..255, one output
     (`predictions` for a CaiT classifier): what the model outputs. A float32
     CaiT classifier is written as its folded inference graph
-    (`keras_cait.inference_graph`), any other model as Keras exports it.
+    (`keras_cait.export.inference_graph`), any other model as Keras exports it.
     Needs `pip install "keras-cait[openvino]"`.
 
     OpenVINO's CPU plugin computes in bfloat16 where the CPU has it (AVX512-BF16,
@@ -34,12 +37,12 @@ def export_openvino(model, path, *, quantization=None, overwrite=False):
         probabilities = compiled(images)[0]
     """
     require_tensorflow_backend("export_openvino")
-    check_file(path, ".xml", overwrite)
-    weights_path = os.fspath(path).removesuffix(".xml") + ".bin"
+    check_file(path, FORMAT.suffix, overwrite)
+    weights_path = os.fspath(path).removesuffix(FORMAT.suffix) + ".bin"
     check_file(weights_path, ".bin", overwrite)
     check_quantization(path, quantization)
     if importlib.util.find_spec("openvino") is None:
-        raise ImportError('export_openvino needs OpenVINO: pip install "keras-cait[openvino]".')
+        raise ImportError(f'{FORMAT.exporter} needs {FORMAT.name}: pip install "keras-cait[{FORMAT.extra}]".')
     import openvino
 
     forward = inference_form(model, runtime="onnx")

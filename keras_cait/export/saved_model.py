@@ -41,7 +41,7 @@ import tensorflow as tf
 from keras_cait.atomic import written_atomically
 from keras_cait.evaluation_transform import IMAGE_FORMATS, decode_image, evaluation_transform
 from keras_cait.export.core import check_version_folder, inference_form, quantized, require_tensorflow_backend
-from keras_cait.inference_graph import InferenceGraph
+from keras_cait.export.inference_graph import InferenceGraph
 from keras_cait.preprocessing import class_names_of
 
 

@@ -26,3 +26,55 @@ def test_unsupported_quantization_is_refused_before_the_model_is_built(output, q
 def test_top_k_is_refused_for_openvino(tmp_path):
     with pytest.raises(SystemExit, match="--top-k applies to SavedModels only"):
         main(["export", str(tmp_path / "cait.xml"), "--top-k", "3"])
+
+
+# === The formats table: the dispatch and the help of keras-cait export read it ===
+
+
+@pytest.mark.parametrize("output, exporter, options", [
+    ("serving/cait/1", "export_saved_model", {"quantization": "int4", "overwrite": False, "top_k": 5}),
+    ("cait.onnx", "export_onnx", {"quantization": "int8", "overwrite": False}),
+    ("cait.tflite", "export_litert", {"quantization": "dynamic_int8", "overwrite": False}),
+    ("cait.xml", "export_openvino", {"quantization": None, "overwrite": True}),
+])
+def test_each_output_goes_to_its_exporter(output, exporter, options, tmp_path, monkeypatch, capsys):
+    from keras_cait import export as exporters
+    from keras_cait.cli import commands
+    from keras_cait.export import formats
+    from keras_cait.model import build_cait
+    from tests.conftest import TINY_CAIT
+
+    model = build_cait(**TINY_CAIT, input_shape=(32, 32, 3))
+    monkeypatch.setattr(commands, "_build", lambda *args: model)
+    called = []
+    for row in formats.FORMATS:
+        monkeypatch.setattr(exporters, row.exporter,
+                            lambda *args, name=row.exporter, **kwargs: called.append((name, args, kwargs)))
+    path = str(tmp_path / output)
+    flags = [f"--quantization={options['quantization']}"] if options["quantization"] else []
+    main(["export", path, "--weights", "none", *flags, *(["--overwrite"] if options["overwrite"] else [])])
+    assert called == [(exporter, (model, path), options)]
+    assert capsys.readouterr().out == f"wrote {path}\n"
+
+
+def test_the_help_lists_every_format_and_mode_of_the_table(capsys):
+    from keras_cait.export import formats
+
+    with pytest.raises(SystemExit):
+        main(["export", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--quantization {int8,int4,float8,dynamic_int8}" in text
+    assert ("or a .onnx (ONNX), .tflite (LiteRT) or .xml (OpenVINO) file") in text
+    assert ("int8: Keras int8 (SavedModel, ONNX); int4: Keras int4 (SavedModel); float8: Keras float8 "
+            "(SavedModel); dynamic_int8: TFLite int8 weights (LiteRT)") in text
+    for row in formats.file_formats():
+        assert f"{row.suffix} ({row.name})" in text
+
+
+def test_top_k_is_refused_for_every_file_format_naming_them(tmp_path):
+    for suffix in (".onnx", ".tflite", ".xml"):
+        with pytest.raises(SystemExit, match=r"--top-k applies to SavedModels only \(ONNX, LiteRT and "
+                                             r"OpenVINO output scores\); leave it out, or export a "
+                                             r"SavedModel version folder\."):
+            main(["export", str(tmp_path / f"cait{suffix}"), "--top-k", "3"])
+    assert os.listdir(tmp_path) == []

@@ -1,4 +1,4 @@
-"""keras_cait.inference_graph: every export runs the folded graph and gives timm's logits.
+"""keras_cait.export.inference_graph: every export runs the folded graph and gives timm's logits.
 
 The reference is timm's CaiT with every parameter random (LayerScale gammas
 0.2..0.7, so a LayerScale folded into the wrong axis or block would show), its
@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from keras_cait.export import export_litert, export_onnx, export_openvino, export_saved_model
-from keras_cait.inference_graph import InferenceGraph, folds
+from keras_cait.export.inference_graph import InferenceGraph, folds
 from keras_cait.model import build_cait
 from keras_cait.weights import load_weights_file
 from tests.conftest import TINY_CAIT, TINY_SIZE, TimmReference

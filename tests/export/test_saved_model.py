@@ -348,7 +348,7 @@ def test_every_weight_is_saved_once_with_the_layer_scales_and_patch_bias_folded(
     reader = tf.train.load_checkpoint(str(saved_model_dir / "variables" / "variables"))
     shapes = reader.get_variable_to_shape_map()
     saved = sum(int(np.prod(shape)) for name, shape in shapes.items() if name != "_CHECKPOINTABLE_OBJECT_GRAPH")
-    # The inference graph (keras_cait.inference_graph) multiplies each LayerScale into the
+    # The inference graph (keras_cait.export.inference_graph) multiplies each LayerScale into the
     # projection before it and adds the patch bias to the position embedding.
     folded = [weight for weight in model.trainable_weights
               if "layer_scale" in weight.path or weight.path == "patch_embedding/projection/bias"]

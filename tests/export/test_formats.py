@@ -1,0 +1,128 @@
+"""keras_cait.export.formats: the one table of export formats, what reads it, and docs/export.md's copy."""
+
+import pathlib
+import re
+
+import pytest
+
+import keras_cait
+from keras_cait import export
+from keras_cait.export import check_destination, formats
+from keras_cait.export.core import check_quantization
+
+DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "export.md"
+
+# Written out here, not read from the table: what each destination is and takes.
+EXPECTED = {
+    "serving/cait/1": ("SavedModel", "export_saved_model", {None, "int8", "int4", "float8"}),
+    "cait.onnx": ("ONNX", "export_onnx", {None, "int8"}),
+    "cait.tflite": ("LiteRT", "export_litert", {None, "dynamic_int8"}),
+    "cait.xml": ("OpenVINO", "export_openvino", {None}),
+}
+MODES = [None, "int8", "int4", "float8", "dynamic_int8", "int2", "INT8", ""]
+
+
+def doc_block(name):
+    text = DOC.read_text()
+    found = re.search(rf"<!-- {name}:start -->\n(.*?)\n<!-- {name}:end -->", text, re.S)
+    assert found, f"docs/export.md has no {name} block"
+    return found.group(1)
+
+
+def test_the_doc_table_is_the_code_table():
+    """docs/export.md's formats table has the code's rows, cell for cell."""
+    assert doc_block("export_formats") == formats.markdown_table(), (
+        "docs/export.md's formats table differs from keras_cait/export/formats.py; paste in "
+        "`python -c 'from keras_cait.export.formats import markdown_table; print(markdown_table())'`"
+    )
+
+
+def test_the_doc_table_has_a_row_per_format_with_its_cells():
+    rows = [line.split(" | ") for line in doc_block("export_formats").splitlines()[2:]]
+    assert [cells[0].strip("| ") for cells in rows] == [row.name for row in formats.FORMATS]
+    for cells, row in zip(rows, formats.FORMATS):
+        assert cells[1] == (f"`*{row.suffix}`" if row.suffix else "any other path: `MODEL_BASE_PATH/<n>`")
+        assert cells[2] == f"`{row.exporter}`"
+        assert re.findall(r'`"(\w+)"`', cells[3]) == [mode for mode in row.quantizations if mode]
+
+
+def test_the_int8_table_of_the_doc_says_which_formats_take_int8():
+    text = DOC.read_text()
+    table = text[text.index("| export | int8 | why |"):].split("\n\n")[0].splitlines()[2:]
+    said = {line.split(" | ")[0].strip("| "): line.split(" | ")[1].startswith("yes") for line in table}
+    assert said == {row.name: "int8" in row.quantizations for row in formats.FORMATS}
+
+
+@pytest.mark.parametrize("path", list(EXPECTED))
+def test_each_destination_is_its_format_and_takes_exactly_its_modes(path):
+    name, exporter, takes = EXPECTED[path]
+    row = formats.format_of(path)
+    assert (row.name, row.exporter) == (name, exporter)
+    taken = set()
+    for mode in MODES:
+        try:
+            check_quantization(path, mode)
+            taken.add(mode)
+        except ValueError as error:
+            assert str(error).startswith(f"quantization={mode!r}: ")
+    assert taken == takes
+
+
+def test_the_table_has_these_formats_in_this_order():
+    assert [(row.name, row.suffix) for row in formats.FORMATS] == [
+        ("SavedModel", None), ("ONNX", ".onnx"), ("LiteRT", ".tflite"), ("OpenVINO", ".xml")]
+    assert formats.quantization_modes() == ["int8", "int4", "float8", "dynamic_int8"]
+    assert set(formats.quantization_modes()) <= set(formats.QUANTIZATION_MODES)
+
+
+@pytest.mark.parametrize(
+    "path, mode, line",
+    [
+        ("serving/cait/1", "dynamic_int8", "quantization='dynamic_int8': must be one of (None, 'int8'), e.g. "
+                                           "'int8', or Keras' smaller 'int4' or 'float8'."),
+        ("cait.onnx", "int4", "quantization='int4': must be one of (None, 'int8'), e.g. 'int8', for ONNX "
+                              "(tf2onnx unpacks int4 kernels to float32, no smaller than float, and has no "
+                              "float8); export a SavedModel for 'int4' or 'float8'."),
+        ("cait.tflite", "int8", "quantization='int8': Keras' int8 model does not convert to LiteRT (TFLite's "
+                                "fully_connected takes no int8 activations); use quantization='dynamic_int8', "
+                                "TFLite's own int8 weights."),
+        ("cait.tflite", "float8", "quantization='float8': must be one of (None, 'dynamic_int8'), e.g. "
+                                  "'dynamic_int8'."),
+        ("cait.xml", "int8", "quantization='int8': the OpenVINO export is float only, since Keras' int8 model "
+                             "does not convert to OpenVINO correctly; export the float model and compress it "
+                             "with OpenVINO's NNCF (nncf.compress_weights), or use int8 with a SavedModel or ONNX."),
+    ],
+)
+def test_each_refusal_is_its_line(path, mode, line, tmp_path):
+    with pytest.raises(ValueError) as refused:
+        check_destination(tmp_path / path, quantization=mode)
+    assert str(refused.value) == line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_check_destination_checks_each_file_by_its_suffix(tmp_path):
+    for row in formats.file_formats():
+        (tmp_path / f"cait{row.suffix}").write_bytes(b"old")
+        with pytest.raises(FileExistsError, match="overwrite=True"):
+            check_destination(tmp_path / f"cait{row.suffix}")
+        assert check_destination(tmp_path / f"cait{row.suffix}", overwrite=True) is None
+    with pytest.raises(ValueError, match="TF Serving loads numbered version folders"):
+        check_destination(tmp_path / "cait.onnx.d")  # no suffix of the table: a version folder
+
+
+@pytest.mark.parametrize("row", formats.FORMATS, ids=lambda row: row.name)
+def test_each_exporter_is_its_module_s_and_the_package_s(row):
+    function = getattr(export, row.exporter)
+    assert function.__module__ == row.module == f"keras_cait.export.{row.exporter.removeprefix('export_')}"
+    assert getattr(keras_cait, row.exporter) is function
+    assert row.exporter in export.__all__ and row.exporter in dir(export)
+    if row.suffix:
+        with pytest.raises(ValueError, match=rf"must end in \{row.suffix}, e.g. cait\{row.suffix}"):
+            function(None, "cait.wrong")
+
+
+def test_a_name_that_is_no_exporter_is_no_attribute():
+    with pytest.raises(AttributeError, match="export_keras"):
+        keras_cait.export_keras
+    with pytest.raises(AttributeError, match="nothing"):
+        export.nothing
