@@ -1,18 +1,15 @@
-"""scripts/bench_harness.py: a pipeline's turn starts it fresh and counts only what it made in the turn."""
+"""benchmarks/harness.py: a pipeline's turn starts it fresh and counts only what it made in the turn."""
 
 import gc
 import io
 import json
-import os
 import sys
 import time
 import weakref
 
 import pytest
 
-REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPOSITORY, "scripts"))
-import bench_harness  # noqa: E402
+from benchmarks import harness as bench_harness
 
 
 class Pipeline:
