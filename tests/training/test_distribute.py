@@ -56,7 +56,7 @@ def test_two_workers_train_to_identical_weights(digits, tmp_path):
         env = {**os.environ, "TF_CONFIG": json.dumps(config), "PYTHONPATH": REPOSITORY,
                "TF_CPP_MIN_LOG_LEVEL": "3"}
         command = [
-            sys.executable, os.path.join(REPOSITORY, "scripts", "train.py"),
+            sys.executable, "-m", "keras_cait.cli", "train",
             "--model", TINY_CAIT, "--data", data_dir, "--output-dir", output_dir,
             "--strategy", "multiworker", "--image-size", "32", "--batch-size", "4",
             "--precision", "float32", "--epochs", "2", "--warmup-epochs", "1",
@@ -89,7 +89,7 @@ def test_jax_data_parallel_over_two_devices(digits, tmp_path):
     env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": REPOSITORY,
            "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "TF_CPP_MIN_LOG_LEVEL": "3"}
     done = subprocess.run(
-        [sys.executable, os.path.join(REPOSITORY, "scripts", "train.py"),
+        [sys.executable, "-m", "keras_cait.cli", "train",
          "--model", TINY_CAIT, "--data", data_dir, "--output-dir", str(output_dir),
          "--strategy", "dataparallel", "--image-size", "32", "--batch-size", "4",
          "--precision", "mixed_bfloat16", "--epochs", "1", "--warmup-epochs", "0",
