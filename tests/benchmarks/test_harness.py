@@ -9,7 +9,7 @@ import weakref
 
 import pytest
 
-from benchmarks import harness as bench_harness
+from benchmarks import harness
 
 
 class Pipeline:
@@ -40,7 +40,7 @@ def test_each_turn_times_a_fresh_pipeline_and_drops_it(monkeypatch):
     requests = [{"batch": 4, "seconds": 0.2}, {"batch": 4, "seconds": 0.2}]
     monkeypatch.setattr(sys, "stdin", io.StringIO("".join(json.dumps(r) + "\n" for r in requests)))
     channel = io.StringIO()
-    bench_harness.serve(channel, None, {4: None}, outputs=False, warmups=1, pipeline=pipeline)
+    harness.serve(channel, None, {4: None}, outputs=False, warmups=1, pipeline=pipeline)
 
     ready, *turns = [json.loads(line) for line in channel.getvalue().splitlines()]
     assert "load_seconds" in ready and "outputs" not in ready
@@ -61,7 +61,7 @@ def test_a_turn_does_not_count_its_first_batch():
 
         return next_batch
 
-    calls, seconds = bench_harness._pipeline_turn(pipeline, 0.1)
+    calls, seconds = harness._pipeline_turn(pipeline, 0.1)
     assert calls >= 2 and seconds < 0.5  # the 1 s first batch is outside the timed span
 
 
@@ -73,6 +73,6 @@ def test_the_ready_message_carries_what_the_worker_observed_of_its_levers(monkey
         calls.append(len(warmed))  # read once the step has run, not before
         return {"largest_xla_fusion": 1}
 
-    bench_harness.serve(channel, warmed.append, {4: 4}, outputs=False, warmups=2, levers=levers)
+    harness.serve(channel, warmed.append, {4: 4}, outputs=False, warmups=2, levers=levers)
     (ready,) = [json.loads(line) for line in channel.getvalue().splitlines()]
     assert ready["levers"] == {"largest_xla_fusion": 1} and calls == [2]
