@@ -230,7 +230,7 @@ def digits():
 # handed out last keeps one worker busy while the other has nothing left (the training
 # matrix's JAX cells alone take about 5 minutes).
 LONGEST_FIRST = ("tests/training/test_training_matrix.py", "tests/test_parity.py", "tests/cli/test_demo.py",
-                 "tests/benchmarks/test_benchmark_training.py")
+                 "tests/benchmarks/test_training.py")
 
 
 def pytest_collection_modifyitems(items):

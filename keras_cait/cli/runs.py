@@ -4,8 +4,8 @@ Each `*_parser()` lists the flags with their defaults and sources; each
 `*_run(args)` does the work with the pieces of `keras_cait.training`;
 `check_arguments(command, args)` refuses what cannot work before any data are
 read or model built; `main(command, argv)` parses, checks and runs one, keeping
-the error contract of `keras_cait.cli.errors`. scripts/train.py, finetune.py and
-evaluate.py call the same commands.
+the error contract of `keras_cait.cli.errors`. From a checkout without the console
+script, `python -m keras_cait.cli train | finetune | evaluate` runs the same commands.
 """
 
 import argparse

@@ -96,7 +96,7 @@ class MovingAverageFile(keras.callbacks.Callback):
 
 
 def run_callbacks(output_dir, backup_dir, backup_every, monitor="val_accuracy", stage=None):
-    """Callbacks of `scripts/train.py` and `scripts/finetune.py` writing under `output_dir`.
+    """Callbacks of `keras-cait train` and `keras-cait finetune` writing under `output_dir`.
 
     - `best.keras`: the model with the best `monitor` so far (`BestModelCheckpoint`;
       the lowest value for a loss, else the highest), on the raw weights;

@@ -137,7 +137,6 @@ def free_ports(count):
     return ports
 
 
-TRAIN = os.path.join(REPOSITORY, "scripts", "train.py")
 # One process, from the same command line: alone with `--batch-size` as its global batch
 # ("all"), or alone on process I of N's slice of each global batch ("I/N"), cut as Keras
 # (`Distribution.distribute_dataset`) and tf.distribute (DATA sharding) cut it.
@@ -169,8 +168,8 @@ def tiny_run(data_dir, output_dir, strategy, batch_size, *extra):
 
 
 def run_together(environments, argv, timeout=420):
-    """Runs scripts/train.py ARGV once per environment, all at once; returns their outputs."""
-    processes = [subprocess.Popen([sys.executable, TRAIN, *argv], env=environment, stdout=subprocess.PIPE,
+    """Runs `python -m keras_cait.cli train ARGV` once per environment, all at once; returns their outputs."""
+    processes = [subprocess.Popen([sys.executable, "-m", "keras_cait.cli", "train", *argv], env=environment, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True) for environment in environments]
     deadline = time.monotonic() + timeout
     outputs = []
@@ -285,7 +284,7 @@ def test_jax_data_parallel_over_two_devices(digits, tmp_path):
     env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": REPOSITORY,
            "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "TF_CPP_MIN_LOG_LEVEL": "3"}
     done = subprocess.run(
-        [sys.executable, os.path.join(REPOSITORY, "scripts", "train.py"),
+        [sys.executable, "-m", "keras_cait.cli", "train",
          "--model", TINY_CAIT, "--data", data_dir, "--output-dir", str(output_dir),
          "--strategy", "dataparallel", "--image-size", "32", "--batch-size", "4",
          "--precision", "mixed_bfloat16", "--epochs", "1", "--warmup-epochs", "0",

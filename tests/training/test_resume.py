@@ -85,7 +85,7 @@ def test_a_kill_while_writing_a_backup_keeps_the_previous_one(tiny_cait, tmp_pat
 
 def finetune(model_path, data_dir, output_dir, *changes):
     command = [
-        sys.executable, os.path.join(REPOSITORY, "scripts", "finetune.py"),
+        sys.executable, "-m", "keras_cait.cli", "finetune",
         "--model", model_path, "--data", data_dir, "--output-dir", output_dir,
         "--image-size", "32", "--batch-size", "8", "--precision", "float32",
         "--head-epochs", "0", "--epochs", "2", "--lr", "3e-4", "--backup-every", "2",

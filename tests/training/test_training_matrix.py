@@ -12,8 +12,8 @@ The cells of one backend run one after the other in one process (`matrix_cells.p
 import are paid once: TensorFlow runs every cell, JAX (the GPU path) the console's train,
 whose run code finetune shares, the Python stream, and `model.fit` on arrays with the
 recipe's Keras-only parts (the cells the GPU machine, which has no TensorFlow, runs: see
-docs/benchmarks.md). The `scripts/` wrappers, a line calling
-the same `main`, get one smoke cell each in their own process.
+docs/benchmarks.md). `python -m keras_cait.cli train | finetune`, the same `main` run from a
+checkout without the console script, gets one smoke cell each in its own process.
 """
 
 import json
@@ -144,12 +144,11 @@ def test_every_entry_point_trains_in_every_precision(backend, folder, saved_mode
                 check_arrays(result["report"], precision)
 
 
-@pytest.mark.parametrize("script, entry_point", [("scripts/train.py", "keras-cait train"),
-                                                 ("scripts/finetune.py", "keras-cait finetune")])
-def test_each_script_wrapper_trains_as_its_command(script, entry_point, folder, saved_models, tmp_path):
+@pytest.mark.parametrize("entry_point", ["keras-cait train", "keras-cait finetune"])
+def test_python_m_keras_cait_cli_trains_as_its_command(entry_point, folder, saved_models, tmp_path):
     argv, _ = entry_points(saved_models)[entry_point]
     output_dir = tmp_path / "run"
-    done = run([sys.executable, os.path.join(ROOT, script), *argv[1:], "--data", folder,
+    done = run([sys.executable, "-m", "keras_cait.cli", *argv, "--data", folder,
                 "--output-dir", str(output_dir)], "tensorflow")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "Traceback" not in done.stderr

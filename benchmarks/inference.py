@@ -1,9 +1,11 @@
 """CPU inference speed of keras_cait's paths and timm's, timed in turns in one run.
 
-    python scripts/benchmark.py --output rows.json            # XXS24 and S24, batch 1 and 16
-    python scripts/benchmark.py --big --output big.json       # + M36 and M48 at batch 1
-    python scripts/benchmark.py --smoke --output smoke.json   # tiny model, one round (a test)
-    python scripts/benchmark.py --fill rows.json docs/benchmarks.md README.md
+    python -m benchmarks.inference --output rows.json            # XXS24 and S24, batch 1 and 16
+    python -m benchmarks.inference --big --output big.json       # + M36 and M48 at batch 1
+    python -m benchmarks.inference --smoke --output smoke.json   # tiny model, one round (a test)
+    python -m benchmarks.inference --fill rows.json docs/benchmarks.md README.md
+
+(from the repository root; the workers find this checkout's keras_cait whatever the cwd).
 
 `--fill` writes a run's figures into the docs' placeholders: `{{XXS24 bs1 keras-onnx}}`
 becomes that path's ratio to timm eager ("1.37×"), `{{XXS24 bs1 keras-onnx same runtime}}`
@@ -51,10 +53,9 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_harness import CEILING, Worker, load_all, machine_state, protocol_channel  # noqa: E402
-from bench_harness import matmul_ceiling, median_ratios, serve, timed_rounds, write_json  # noqa: E402
-from benchmark_training import forward_flops  # noqa: E402
+from benchmarks.harness import CEILING, Worker, load_all, machine_state, protocol_channel, with_repository
+from benchmarks.harness import matmul_ceiling, median_ratios, serve, timed_rounds, write_json
+from benchmarks.training import forward_flops
 
 VARIANTS = {  # keras_cait variant -> timm architecture at 224
     "XXS24": "cait_xxs24_224",
@@ -268,14 +269,14 @@ def _keras_saved_model(spec, batches, workdir, threads):
     path = os.path.join(workdir, "saved_model", "1")
     script = (
         "import sys; from keras_cait.export import export_saved_model; "
-        "sys.path.insert(0, sys.argv[1]); from benchmark import _keras_model, _spec; "
-        "import json; spec = json.loads(sys.argv[2]); "
-        "export_saved_model(_keras_model(spec, sys.argv[3], 'softmax'), sys.argv[4], "
+        "from benchmarks.inference import _keras_model, _spec; "
+        "import json; spec = json.loads(sys.argv[1]); "
+        "export_saved_model(_keras_model(spec, sys.argv[2], 'softmax'), sys.argv[3], "
         "top_k=min(5, spec['classes']), class_names=[str(i) for i in range(spec['classes'])])"
     )
     # Exported in a child process, so that this one never imports keras_cait (nor Keras).
-    subprocess.run([sys.executable, "-c", script, os.path.dirname(os.path.abspath(__file__)),
-                    json.dumps(spec), workdir, path], check=True, stdout=sys.stderr)
+    subprocess.run([sys.executable, "-c", script, json.dumps(spec), workdir, path], check=True, stdout=sys.stderr,
+                   env=with_repository())
     import tensorflow as tf
 
     signature = tf.saved_model.load(path).signatures["serving_default"]
@@ -433,7 +434,7 @@ def measure_variant(variant, batches, paths, args, workdir):
     # Loaded side by side: tracing, exports and torch.compile are mostly single-threaded.
     arguments = ["--spec", json.dumps(spec), "--batches", *map(str, batches), "--workdir", workdir,
                  "--threads", str(args.threads)]
-    workers = {path: Worker(__file__, path, arguments, os.path.join(args.logs, f"{variant}-{path}.log"))
+    workers = {path: Worker("benchmarks.inference", path, arguments, os.path.join(args.logs, f"{variant}-{path}.log"))
                for path in (*paths, CEILING)}
     load_all(workers, variant)
     flops = forward_flops(spec["image_size"], spec["patch_size"], spec["embed_dim"], spec["depth"],

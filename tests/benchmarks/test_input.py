@@ -1,4 +1,4 @@
-"""scripts/benchmark_input.py --smoke: both input pipelines at every stage, made photos, timed in turns."""
+"""python -m benchmarks.input --smoke: both input pipelines at every stage, made photos, timed in turns."""
 
 import json
 import os
@@ -12,14 +12,14 @@ from PIL import Image
 pytestmark = pytest.mark.large
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCRIPT = os.path.join(REPOSITORY, "scripts", "benchmark_input.py")
+MODULE = "benchmarks.input"
 STAGES = ["decode", "crop", "randaugment", "erasing", "full"]
 
 
 def test_smoke_run_times_both_pipelines_at_every_stage_on_real_jpegs(tmp_path):
     photos, output = tmp_path / "photos", tmp_path / "rows.json"
     done = subprocess.run(
-        [sys.executable, SCRIPT, "--smoke", "--photos", str(photos), "--output", str(output)],
+        [sys.executable, "-m", MODULE, "--smoke", "--photos", str(photos), "--output", str(output)],
         env={**os.environ, "PYTHONPATH": REPOSITORY}, capture_output=True, text=True, timeout=1200,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -1,4 +1,4 @@
-"""scripts/benchmark.py --smoke: every inference path loads, agrees with timm and is timed in turns."""
+"""python -m benchmarks.inference --smoke: every inference path loads, agrees with timm and is timed in turns."""
 
 import json
 import os
@@ -10,7 +10,7 @@ import pytest
 pytestmark = pytest.mark.large
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCRIPT = os.path.join(REPOSITORY, "scripts", "benchmark.py")
+MODULE = "benchmarks.inference"
 # torch.compile is left out: minutes of C++ compilation on a 2-core CPU for no extra code path here.
 PATHS = ["timm-eager", "timm-autocast-bf16", "ort-timm-onnx", "openvino-timm-onnx", "openvino-timm-onnx-bf16",
          "keras-predict", "keras-predict-on-batch", "keras-xla", "keras-saved-model", "keras-onnx",
@@ -25,7 +25,7 @@ def test_smoke_run_times_every_path_on_the_same_model(tmp_path):
     output = tmp_path / "rows.json"
     environment = {**os.environ, "PYTHONPATH": REPOSITORY + os.pathsep + os.environ.get("PYTHONPATH", "")}
     done = subprocess.run(
-        [sys.executable, SCRIPT, "--smoke", "--paths", *PATHS, "--output", str(output)],
+        [sys.executable, "-m", MODULE, "--smoke", "--paths", *PATHS, "--output", str(output)],
         capture_output=True, text=True, env=environment, timeout=1200,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -1,11 +1,11 @@
 """Why keras_cait's JAX training step is slow on a CPU: XLA:CPU's fusions, counted and timed.
 
-    python scripts/profile_fusion.py --backend jax --depth 24 --batch 8
-    python scripts/profile_fusion.py --backend tensorflow --depth 24 --batch 8
-    XLA_FLAGS=--xla_disable_hlo_passes=fusion python scripts/profile_fusion.py --backend jax
+    python -m benchmarks.profile_fusion --backend jax --depth 24 --batch 8
+    python -m benchmarks.profile_fusion --backend tensorflow --depth 24 --batch 8
+    XLA_FLAGS=--xla_disable_hlo_passes=fusion python -m benchmarks.profile_fusion --backend jax
 
 One process per call. It builds an XXS-width CaiT (192 wide, 4 heads) of `--depth`
-blocks as scripts/benchmark_training.py does (DeiT's AdamW, drop path 0.1,
+blocks as benchmarks/training.py does (DeiT's AdamW, drop path 0.1,
 cross-entropy on logits, `jit_compile=True`), runs `train_on_batch` on a random
 batch, and prints one JSON line: the median step time over `--steps` steps, the
 CPU time they used, and the size of the compiled step as XLA dumped it after
@@ -20,7 +20,6 @@ import glob
 import json
 import os
 import resource
-import sys
 import tempfile
 import time
 
@@ -56,10 +55,9 @@ def main():
     os.environ["XLA_FLAGS"] = f"{flags} --xla_dump_to={dump} --xla_dump_hlo_as_text"
     os.environ["KERAS_BACKEND"] = args.backend
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import numpy as np
 
-    from benchmark_training import keras_training_model
+    from benchmarks.training import keras_training_model
 
     config = dict(embed_dim=192, depth=args.depth, num_heads=4, init_values=1e-5)
     model = keras_training_model(config, 1000, args.image_size, args.policy, jit_compile=True)

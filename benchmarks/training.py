@@ -1,8 +1,8 @@
 """Training throughput of CaiT: keras_cait (JAX, mixed_bfloat16) vs timm (AMP bf16), timed in turns.
 
 Every path is one persistent worker process, loaded (compiled, warmed up) before
-any timing, then timed in turns by the harness that scripts/benchmark.py uses
-(scripts/bench_harness.py): `--rounds` rounds in which each path trains for
+any timing, then timed in turns by the harness that benchmarks.inference uses
+(benchmarks/harness.py): `--rounds` rounds in which each path trains for
 `--seconds` while the others wait, the order rotated each round. A path's
 images/s is the median of its rounds; its ratio to timm eager the median of the
 per-round ratios, so both sides of a ratio saw the same machine. Each step is one
@@ -24,13 +24,13 @@ datasheet) and each worker's peak GPU memory. Forward FLOPs are counted
 analytically (matmuls and the patch convolution, as torch's FlopCounterMode
 counts them). On the GPU machine (PyTorch, JAX and timm, no TensorFlow):
 
-    python scripts/benchmark_training.py --output training_gpu.json
+    python -m benchmarks.training --output training_gpu.json
 
 `--smoke` runs a tiny CaiT at 32×32 on whatever device there is (the CPU here)
 through every path, and checks the FLOP count against FlopCounterMode.
 
 On a CPU (`--cpu`), every path is one persistent worker timed in turns by the
-harness that scripts/benchmark.py uses (scripts/bench_harness.py): one training
+harness that benchmarks.inference uses (benchmarks/harness.py): one training
 step on a fixed batch (forward + backward + AdamW with DeiT's decay set, drop path
 0.1, cross-entropy on logits), keras_cait through `train_on_batch` (the step `fit`
 runs) on TensorFlow, TensorFlow + XLA and JAX, each in float32 and
@@ -43,8 +43,10 @@ its step computed in, what XLA compiled). Training workers hold GBs of activatio
 `--alive` paths (timm eager among them, the reference of every group) are
 loaded at once; each group is timed in its own rounds:
 
-    python scripts/benchmark_training.py --cpu --output training_cpu.json
-    python scripts/benchmark_training.py --cpu --smoke                   # every path, tiny model
+    python -m benchmarks.training --cpu --output training_cpu.json
+    python -m benchmarks.training --cpu --smoke                   # every path, tiny model
+
+(from the repository root; the workers find this checkout's keras_cait whatever the cwd).
 """
 
 import argparse
@@ -57,9 +59,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_harness  # noqa: E402
-from bench_harness import CEILING, Worker, load_all, machine_state, median_ratios, timed_rounds  # noqa: E402
+from benchmarks import harness
+from benchmarks.harness import CEILING, Worker, load_all, machine_state, median_ratios, timed_rounds
 
 VARIANTS = {  # embed_dim, depth, heads, timm architecture
     "S24": dict(embed_dim=384, depth=24, num_heads=8, init_values=1e-5, timm="cait_s24_224"),
@@ -251,12 +252,12 @@ def counted_forward_flops(model, image_size, device):
 
 
 def gpu_worker(args):
-    channel = bench_harness.protocol_channel()
+    channel = harness.protocol_channel()
     start = time.perf_counter()
     config, classes, architecture = _config(args)
     run, levers = gpu_training_step(args.worker, config, classes, architecture, args.image_size,
                                     args.batch_size, args.smoke)
-    bench_harness.serve(channel, run, {args.batch_size: None}, warmups=args.warmup, started=start, levers=levers)
+    harness.serve(channel, run, {args.batch_size: None}, warmups=args.warmup, started=start, levers=levers)
 
 
 def measure_gpu(args, logs):
@@ -270,7 +271,7 @@ def measure_gpu(args, logs):
                               config["depth"], config["num_heads"], classes)
         arguments = ["--model", model, "--batch-size", str(args.batch_size), "--image-size", str(args.image_size),
                      "--warmup", str(args.warmup)] + (["--smoke"] if args.smoke else [])
-        workers = {path: Worker(__file__, path, arguments, os.path.join(logs, f"{model}-{path}.log"),
+        workers = {path: Worker("benchmarks.training", path, arguments, os.path.join(logs, f"{model}-{path}.log"),
                                 environment=GPU_ENVIRONMENT) for path in paths}
         load_all(workers, model)
         speeds, _, memory = timed_rounds(workers, paths, [args.batch_size], args.rounds, args.seconds, model)
@@ -293,7 +294,7 @@ def measure_gpu(args, logs):
                 load_seconds=ready["load_seconds"], peak_memory_mb=memory[path], **levers,
             ))
         if args.output:  # what is measured so far, should a later model not finish
-            bench_harness.write_json({"rows": rows}, args.output)
+            harness.write_json({"rows": rows}, args.output)
     return rows
 
 
@@ -318,7 +319,7 @@ def markdown(rows, machine):
     return "\n".join(lines)
 
 
-# === CPU: persistent workers timed in turns (scripts/bench_harness.py) ===
+# === CPU: persistent workers timed in turns (benchmarks/harness.py) ===
 
 
 # path -> (framework, Keras backend or None, jit_compile or torch.compile, bfloat16)
@@ -471,14 +472,14 @@ def timm_levers(step):
 
 
 def cpu_worker(args):
-    channel = bench_harness.protocol_channel()
+    channel = harness.protocol_channel()
     _set_cpu_threads(args.worker, args.threads)
     start = time.perf_counter()
     if args.worker == CEILING:
-        return bench_harness.serve(channel, bench_harness.matmul_ceiling(), {}, ceiling=True, started=start)
+        return harness.serve(channel, harness.matmul_ceiling(), {}, ceiling=True, started=start)
     config, classes, architecture = _config(args)
     run, levers = cpu_training_step(args.worker, config, classes, architecture, args.image_size, args.batch_size)
-    bench_harness.serve(channel, run, {args.batch_size: None}, started=start, levers=levers)
+    harness.serve(channel, run, {args.batch_size: None}, started=start, levers=levers)
 
 
 def measure_cpu(args, logs):
@@ -495,7 +496,7 @@ def measure_cpu(args, logs):
                      "--threads", str(args.threads), "--cpu"] + (["--smoke"] if args.smoke else [])
 
         def start(path):
-            return Worker(__file__, path, arguments, os.path.join(logs, f"{model}-{path}.log"))
+            return Worker("benchmarks.training", path, arguments, os.path.join(logs, f"{model}-{path}.log"))
 
         steady = {path: start(path) for path in (CPU_REFERENCE, CEILING)}
         load_all(steady, model)
@@ -620,7 +621,7 @@ def main():
         if not math.isclose(analytic, counted[0], rel_tol=1e-9):
             raise SystemExit("The analytic FLOP count disagrees with FlopCounterMode.")
     if args.output:
-        bench_harness.write_json({"machine": machine, "rows": rows}, args.output)
+        harness.write_json({"machine": machine, "rows": rows}, args.output)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,6 @@
-"""scripts/benchmark_training.py --smoke: the GPU benchmark's code paths and the CPU benchmark's, run small."""
+"""python -m benchmarks.training --smoke: the GPU benchmark's code paths and the CPU benchmark's, run small."""
 
 import fcntl
-import importlib.util
 import json
 import math
 import os
@@ -16,14 +15,13 @@ import pytest
 pytestmark = pytest.mark.large
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCRIPT = os.path.join(REPOSITORY, "scripts", "benchmark_training.py")
+MODULE = "benchmarks.training"
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("benchmark_training", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from benchmarks import training
+
+    return training
 
 
 @pytest.mark.parametrize(
@@ -63,9 +61,10 @@ def test_smoke_run_of_keras_jax_without_tensorflow_and_of_timm_in_turns(tmp_path
     output = tmp_path / "rows.json"
     # torch.compile is left out here (minutes of C++ compilation on a CPU); the GPU run has it.
     done = subprocess.run(
-        [sys.executable, SCRIPT, "--smoke", "--rounds", "2",
+        [sys.executable, "-m", MODULE, "--smoke", "--rounds", "2",
          "--workers", "keras,timm-eager", "--output", str(output)],
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), REPOSITORY])},
+        cwd=tmp_path,  # the workers find benchmarks.training from any folder
         capture_output=True, text=True, timeout=600,
     )
     assert done.returncode == 0, done.stdout + done.stderr
@@ -108,7 +107,7 @@ def cpu_smoke_run(tmp_path_factory):
         if not result.exists():
             logs.mkdir()
             done = subprocess.run(
-                [sys.executable, SCRIPT, "--cpu", "--smoke", "--alive", "3", "--workers",
+                [sys.executable, "-m", MODULE, "--cpu", "--smoke", "--alive", "3", "--workers",
                  ",".join(["timm-eager", *CPU_PATHS]), "--output", str(output), "--logs", str(logs)],
                 env={**os.environ, "PYTHONPATH": REPOSITORY}, capture_output=True, text=True, timeout=1200,
             )
@@ -167,12 +166,11 @@ def test_every_cpu_lever_took_effect_in_the_worker_that_runs_it(cpu_smoke_run):
 
 
 def test_the_fusion_profile_reports_step_time_and_the_compiled_steps_fusions():
-    """scripts/profile_fusion.py (docs/benchmarks.md, "Why JAX is slower here") on a tiny CaiT."""
-    script = os.path.join(REPOSITORY, "scripts", "profile_fusion.py")
+    """benchmarks/profile_fusion.py (docs/benchmarks.md, "Why JAX is slower here") on a tiny CaiT."""
     done = subprocess.run(
-        [sys.executable, script, "--backend", "jax", "--depth", "2", "--batch", "2", "--image-size", "32",
-         "--steps", "2"],
-        capture_output=True, text=True, timeout=600,
+        [sys.executable, "-m", "benchmarks.profile_fusion", "--backend", "jax", "--depth", "2", "--batch", "2",
+         "--image-size", "32", "--steps", "2"],
+        env={**os.environ, "PYTHONPATH": REPOSITORY}, capture_output=True, text=True, timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])

@@ -1,4 +1,4 @@
-"""The interleaved benchmark harness that scripts/benchmark.py and benchmark_training.py share.
+"""The interleaved benchmark harness that benchmarks.inference, .training and .input share.
 
 Ratios between frameworks are only meaningful if they share the machine's state:
 torch's OpenMP threads collapse when anything else runs, TensorFlow's less so. So
@@ -8,7 +8,9 @@ runs for a number of seconds while the others wait, in an order rotated every
 round. The machine's fp32 matmul ceiling is one more worker timed in the same
 turns, so "% of ceiling" compares like with like.
 
-A benchmark script runs itself as a worker (`script --worker PATH ...`); the
+A benchmark module runs itself as a worker (`python -m benchmarks.MODULE --worker PATH ...`,
+with the repository root put first on the worker's PYTHONPATH, so that it finds the module and
+this checkout's keras_cait from any working directory); the
 worker builds its `run(inputs)` and hands it to `serve`, which warms it up,
 reports ready, then answers the parent's "time" requests on its stdout. The
 parent side is `Worker` (one process) and `timed_rounds` (the turns).
@@ -147,16 +149,27 @@ def _pipeline_turn(pipeline, seconds):
 # === Parent side: the workers and their turns ===
 
 
-class Worker:
-    """One worker process: `script --worker PATH *arguments`, its stderr in `log`."""
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-    def __init__(self, script, path, arguments, log, environment=None):
-        command = [sys.executable, os.path.abspath(script), "--worker", path, *arguments]
+
+def with_repository(environment=None):
+    """os.environ (and `environment`) with the repository root first on PYTHONPATH."""
+    environment = {**os.environ, **(environment or {})}
+    environment["PYTHONPATH"] = os.pathsep.join(
+        [REPOSITORY, *[entry for entry in environment.get("PYTHONPATH", "").split(os.pathsep) if entry]])
+    return environment
+
+
+class Worker:
+    """One worker process: `python -m module --worker PATH *arguments`, its stderr in `log`."""
+
+    def __init__(self, module, path, arguments, log, environment=None):
+        command = [sys.executable, "-m", module, "--worker", path, *arguments]
         self.path, self.log = path, log
         os.makedirs(os.path.dirname(os.path.abspath(log)), exist_ok=True)
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=open(log, "w"), text=True, bufsize=1,
-                                        env=None if environment is None else {**os.environ, **environment})
+                                        env=with_repository(environment))
 
     def read(self):
         line = self.process.stdout.readline()

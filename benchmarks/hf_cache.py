@@ -1,6 +1,6 @@
 """Time to the first prediction of `CaiT_S24(weights="imagenet")`, by the state of the caches.
 
-    python scripts/benchmark_hf_cache.py --rounds 3
+    python -m benchmarks.hf_cache --rounds 3      # from the repository root (it uses tests/)
 
 A fake Hugging Face hub on 127.0.0.1 (tests/weights/fake_hf_hub.py) serves a random
 cait_s24_224 checkpoint in timm's format (188 MB, as the real one). Each
@@ -24,8 +24,7 @@ import subprocess
 import sys
 import tempfile
 
-REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPOSITORY)
+from benchmarks.harness import with_repository
 
 MEASURE = """
 import sys, time, numpy as np, keras_cait
@@ -60,7 +59,7 @@ def main():
         hub = FakeHub()
         hub.serve("cait_s24_224", body)
         hf_home, keras_home = os.path.join(work, "hf"), os.path.join(work, "keras")
-        base = {name: value for name, value in os.environ.items() if not name.startswith("HF_")}
+        base = {name: value for name, value in with_repository().items() if not name.startswith("HF_")}
         base.update(HF_HOME=hf_home, HF_ENDPOINT=hub.url, KERAS_HOME=keras_home, TF_CPP_MIN_LOG_LEVEL="3")
         base.pop("KERAS_CAIT_HUB_URL", None)
         converted = os.path.join(keras_home, "models", "keras_cait")

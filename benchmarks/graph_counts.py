@@ -1,6 +1,6 @@
 """Op and node counts of keras_cait's exports next to timm's, and OpenVINO's per-node profile.
 
-    PYTHONPATH=. python scripts/graph_counts.py --variant XXS24 --output counts.json
+    python -m benchmarks.graph_counts --variant XXS24 --output counts.json
 
 For one CaiT (random timm weights, loaded into keras_cait through its converter):
 
@@ -28,8 +28,7 @@ import os
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchmark import _keras_model, _spec, export_timm_onnx, save_random_checkpoint  # noqa: E402
+from benchmarks.inference import _keras_model, _spec, export_timm_onnx, save_random_checkpoint
 
 # Ops that are not computation: graph plumbing of a session run.
 PLUMBING = {"Const", "_Arg", "_Retval", "NoOp", "_Recv", "_Send", "Placeholder", "Identity"}

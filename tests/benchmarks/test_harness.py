@@ -1,18 +1,15 @@
-"""scripts/bench_harness.py: a pipeline's turn starts it fresh and counts only what it made in the turn."""
+"""benchmarks/harness.py: a pipeline's turn starts it fresh and counts only what it made in the turn."""
 
 import gc
 import io
 import json
-import os
 import sys
 import time
 import weakref
 
 import pytest
 
-REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPOSITORY, "scripts"))
-import bench_harness  # noqa: E402
+from benchmarks import harness
 
 
 class Pipeline:
@@ -43,7 +40,7 @@ def test_each_turn_times_a_fresh_pipeline_and_drops_it(monkeypatch):
     requests = [{"batch": 4, "seconds": 0.2}, {"batch": 4, "seconds": 0.2}]
     monkeypatch.setattr(sys, "stdin", io.StringIO("".join(json.dumps(r) + "\n" for r in requests)))
     channel = io.StringIO()
-    bench_harness.serve(channel, None, {4: None}, outputs=False, warmups=1, pipeline=pipeline)
+    harness.serve(channel, None, {4: None}, outputs=False, warmups=1, pipeline=pipeline)
 
     ready, *turns = [json.loads(line) for line in channel.getvalue().splitlines()]
     assert "load_seconds" in ready and "outputs" not in ready
@@ -64,7 +61,7 @@ def test_a_turn_does_not_count_its_first_batch():
 
         return next_batch
 
-    calls, seconds = bench_harness._pipeline_turn(pipeline, 0.1)
+    calls, seconds = harness._pipeline_turn(pipeline, 0.1)
     assert calls >= 2 and seconds < 0.5  # the 1 s first batch is outside the timed span
 
 
@@ -76,6 +73,6 @@ def test_the_ready_message_carries_what_the_worker_observed_of_its_levers(monkey
         calls.append(len(warmed))  # read once the step has run, not before
         return {"largest_xla_fusion": 1}
 
-    bench_harness.serve(channel, warmed.append, {4: 4}, outputs=False, warmups=2, levers=levers)
+    harness.serve(channel, warmed.append, {4: 4}, outputs=False, warmups=2, levers=levers)
     (ready,) = [json.loads(line) for line in channel.getvalue().splitlines()]
     assert ready["levers"] == {"largest_xla_fusion": 1} and calls == [2]

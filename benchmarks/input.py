@@ -1,7 +1,7 @@
 """Training input pipelines on a CPU: keras_cait's training stream vs timm's DataLoader, in turns.
 
-    python scripts/benchmark_input.py --photos /tmp/photos --output input.json
-    python scripts/benchmark_input.py --smoke                      # few tiny photos, one round (a test)
+    python -m benchmarks.input --photos /tmp/photos --output input.json
+    python -m benchmarks.input --smoke                      # few tiny photos, one round (a test)
 
 Both read the same folder of real JPEGs and apply DeiT's training augmentation
 (facebookresearch/deit main.py): keras_cait's `training_stream` with
@@ -19,7 +19,7 @@ Where the time goes is read from cumulative stages, each a worker of its own:
     full         + mixup/cutmix with label smoothing: DeiT's whole pipeline
 
 A worker's speed is images/s of whole batches taken from the pipeline; the
-workers are timed in turns by scripts/bench_harness.py. Each turn starts a fresh
+workers are timed in turns by benchmarks/harness.py. Each turn starts a fresh
 pipeline (a new tf.data iterator; a new DataLoader iterator, whose worker
 processes start with it), takes its first batch untimed, counts the batches of
 the turn and drops the pipeline: nothing works ahead while another worker is
@@ -35,9 +35,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_harness  # noqa: E402
-from bench_harness import Worker, load_all, machine_state, median_ratios, timed_rounds  # noqa: E402
+from benchmarks import harness
+from benchmarks.harness import Worker, load_all, machine_state, median_ratios, timed_rounds
 
 STAGES = ("decode", "crop", "randaugment", "erasing", "full")
 FRAMEWORKS = ("keras", "timm")
@@ -169,7 +168,7 @@ def timm_pipeline(stage, folder, image_size, batch_size, cores):
 
 
 def worker(args):
-    channel = bench_harness.protocol_channel()
+    channel = harness.protocol_channel()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     framework, stage = args.worker.split("-", 1)
     start = time.perf_counter()
@@ -184,7 +183,7 @@ def worker(args):
 
         torch.set_num_threads(1)  # the main process only collates and mixes; the workers decode
         pipeline = timm_pipeline
-    bench_harness.serve(channel, None, {args.batch_size: None}, outputs=False, warmups=1, started=start,
+    harness.serve(channel, None, {args.batch_size: None}, outputs=False, warmups=1, started=start,
                         pipeline=pipeline(stage, args.photos, args.image_size, args.batch_size, args.cores))
 
 
@@ -192,7 +191,7 @@ def measure(args, logs):
     paths = [f"{framework}-{stage}" for stage in args.stages for framework in FRAMEWORKS]
     arguments = ["--photos", args.photos, "--image-size", str(args.image_size), "--batch-size",
                  str(args.batch_size), "--cores", str(args.cores)]
-    workers = {path: Worker(__file__, path, arguments, os.path.join(logs, f"{path}.log")) for path in paths}
+    workers = {path: Worker("benchmarks.input", path, arguments, os.path.join(logs, f"{path}.log")) for path in paths}
     load_all(workers, "input")
     speeds, _, memory = timed_rounds(workers, paths, [args.batch_size], args.rounds, args.seconds, "input")
     for worker_ in workers.values():
@@ -257,7 +256,7 @@ def main():
     machine = machine_state(args.cores, args.rounds, args.seconds, load_average, started, PACKAGES)
     print(markdown(rows, args.cores))
     if args.output:
-        bench_harness.write_json({"machine": machine, "rows": rows}, args.output)
+        harness.write_json({"machine": machine, "rows": rows}, args.output)
 
 
 if __name__ == "__main__":
