@@ -303,7 +303,7 @@ def test_half_set_keras_distribution_variables_end_the_command_in_one_line(digit
                    "TF_CPP_MIN_LOG_LEVEL": "3", distribute.NUM_PROCESSES: "2"}
     for name in (distribute.ADDRESSES, distribute.PROCESS_ID):
         environment.pop(name, None)
-    done = subprocess.run([sys.executable, TRAIN, *tiny_run(data_dir, tmp_path / "run", "dataparallel", 4)],
+    done = subprocess.run([sys.executable, "-m", "keras_cait.cli", "train", *tiny_run(data_dir, tmp_path / "run", "dataparallel", 4)],
                           env=environment, capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stdout + done.stderr
     lines = [line for line in done.stderr.splitlines() if line.startswith("keras-cait")]
