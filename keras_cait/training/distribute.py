@@ -180,13 +180,13 @@ def _full_batches(dataset):
     """`dataset`'s batches of (x, y[, sample weight]), a partial batch filled up with weight-0 rows;
     a dataset whose batches all have one static size is returned as it is."""
     import tensorflow as tf
-    from tensorflow.python.data.experimental.ops import distribute as tf_data_distribute
 
     if all(spec.shape.rank and spec.shape[0] is not None for spec in tf.nest.flatten(dataset.element_spec)):
         return dataset
-    size = int(tf_data_distribute.compute_batch_size(dataset))
-    if size < 1:
+    first = next(iter(dataset.take(1)), None)  # the batch size: every batch but the last has it
+    if first is None:
         return dataset  # Keras names the problem
+    size = int(tf.nest.flatten(first)[0].shape[0])
 
     def fill(*element):
         x, y = element[0], element[1]
