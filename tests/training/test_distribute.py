@@ -267,7 +267,7 @@ def test_two_jax_processes_train_as_one(digits, tmp_path):
     assert_trained_as_one(output_dir, tmp_path / "one", tmp_path / "alone")
     # Process 0 writes the run's files, process 1 only under workers/1.
     assert sorted(os.listdir(output_dir)) == ["best.json", "best.keras", "ema.keras", "final.keras", "logs",
-                                              "run.json", "workers"]
+                                              "recipe.json", "run.json", "workers"]
     # The validation accuracy counts the 20 images once each, the filling rows not at all.
     for folder in (output_dir, os.path.join(output_dir, "workers", "1")):
         with open(os.path.join(folder, "best.json")) as cluster, \
@@ -293,7 +293,8 @@ def test_jax_data_parallel_over_two_devices(digits, tmp_path):
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "dataparallel: 2 replica(s), global batch 8 (4 per replica), 5 steps per epoch" in done.stdout
-    assert sorted(os.listdir(output_dir)) == ["best.json", "best.keras", "ema.keras", "final.keras", "logs", "run.json"]
+    assert sorted(os.listdir(output_dir)) == ["best.json", "best.keras", "ema.keras", "final.keras", "logs",
+                                              "recipe.json", "run.json"]
 
 
 @pytest.mark.large
