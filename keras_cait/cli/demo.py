@@ -13,7 +13,7 @@ no download), upsampled to RGB images. The demo
 Where it starts from (`--init`):
 - "scratch": a small CaiT (4 self-attention + 2 class-attention blocks, width
   64) on 32×32 images, 4×4 patches, so the 8×8 patch grid is the digits' own
-  pixel grid. 15 epochs at batch 32: 95.3% held-out accuracy with the demo's
+  pixel grid. 15 epochs at batch 32: 95.0% held-out accuracy with the demo's
   seed (95.0-96.7% over three seeds; the README's "Demo" section says why batch
   32 at 2e-3).
 - "imagenet": CaiT-XXS24 with its ImageNet weights at 64×64 (position embedding
