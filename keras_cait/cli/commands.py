@@ -184,6 +184,12 @@ def export(args):
             f"--top-k applies to {folder}s only ({_listed(row.name for row in file_formats())} output "
             f"scores); leave it out, or export a {folder} version folder."
         )
+    if args.precision != "float32" and is_file:
+        raise usage(f"--precision {args.precision} applies to a {folder_format().name} version folder only; "
+                    "OpenVINO computes in bfloat16 by itself where the CPU has it. Leave it out, or export a "
+                    "version folder.")
+    if args.precision != "float32" and args.quantization:
+        raise usage(f"--precision {args.precision} with --quantization {args.quantization}: choose one.")
     _check_model_argument(args, "--top-k")
     check_range("--top-k", args.top_k, 1, example=5)
     try:
@@ -212,6 +218,7 @@ def _export(exporters, model, output, args):
     options = {"quantization": args.quantization, "overwrite": args.overwrite}
     if row.suffix is None:  # a SavedModel version folder, whose top_k outputs list the best classes
         options["top_k"] = args.top_k or min(5, _classes(model, args.model))
+        options["precision"] = args.precision
     getattr(exporters, row.exporter)(model, output, **options)
 
 
@@ -301,6 +308,9 @@ def build_parser():
     e.add_argument("--weights", help="for a CaiT name: imagenet, none, or a checkpoint path (default: imagenet)")
     e.add_argument("--top-k", type=int, help="SavedModel only: classes in the top_k outputs (default: 5)")
     e.add_argument("--quantization", choices=quantization_modes(), help=export_help["quantization"])
+    e.add_argument("--precision", choices=("float32", "bfloat16"), default="float32",
+                   help="SavedModel only: bfloat16 computes the matmuls in bfloat16 (CPUs with bfloat16 "
+                        "units, GPUs), float32 in and out (default: %(default)s)")
     e.add_argument("--overwrite", action="store_true", help="replace an existing version folder or file")
     add_debug_flag(e)
     e.set_defaults(run=export)

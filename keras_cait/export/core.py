@@ -13,12 +13,15 @@ from keras_cait.export.inference_graph import InferenceGraph, folds
 from keras_cait.training.lora import merge_lora
 
 
-def inference_form(model, runtime="tensorflow"):
+def inference_form(model, runtime="tensorflow", compute_dtype="float32"):
     """What an export traces: the folded `InferenceGraph` of a float32 CaiT classifier (the same
     outputs, fewer and fusable ops), or else the Keras model itself, called for inference.
-    """
+    `compute_dtype="bfloat16"` needs the folded graph (`InferenceGraph`'s argument)."""
     if folds(model):
-        return InferenceGraph(model, runtime=runtime)
+        return InferenceGraph(model, runtime=runtime, compute_dtype=compute_dtype)
+    if compute_dtype != "float32":
+        raise ValueError(f"precision={compute_dtype!r} takes a float32 CaiT classifier as build_cait makes it "
+                         "(not a mixed-precision, quantized, headless or LoRA model); export this model in float32.")
     return functools.partial(model, training=False)
 
 

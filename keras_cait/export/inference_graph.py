@@ -115,23 +115,32 @@ class InferenceGraph(tf.Module):
         runtime: "tensorflow" for graphs that TensorFlow or LiteRT run,
             "onnx" for graphs converted to ONNX or OpenVINO: the forms of GELU
             and LayerNorm that each fuses (the module docstring).
+        compute_dtype: "float32", or "bfloat16" for CPUs with bfloat16 units
+            and GPUs: the patch embedding, every linear layer and the attention
+            matmuls take bfloat16 inputs and weights, while the residual stream,
+            LayerNorm, softmax, the talking-heads mixes and the logits stay
+            float32, as under timm's `torch.autocast(bfloat16)`. The inputs and
+            outputs are float32 either way.
 
     Calling it on float32 `(batch, H, W, 3)` 0..255 RGB images returns what the
     model returns (probabilities, or logits with `classifier_activation=None`).
     """
 
-    def __init__(self, model, runtime="tensorflow", name="cait_inference"):
+    def __init__(self, model, runtime="tensorflow", compute_dtype="float32", name="cait_inference"):
         super().__init__(name=name)
         if runtime not in FORMS:
             raise ValueError(f"runtime={runtime!r}: must be one of {tuple(FORMS)}.")
+        if compute_dtype not in COMPUTE_DTYPES:
+            raise ValueError(f"compute_dtype={compute_dtype!r}: must be one of {COMPUTE_DTYPES}.")
+        self.compute_dtype = compute_dtype
         self.gelu, self.layer_norm = FORMS[runtime]
         layers, self_blocks, class_blocks = _structure(model)
         self.image_shape = tuple(model.inputs[0].shape[1:])
         self.softmax = layers["predictions"].activation is keras.activations.softmax
         self.heads = self_blocks[0].num_heads if self_blocks else class_blocks[0].num_heads
 
-        def variable(value, name):
-            return tf.Variable(np.asarray(value, "float32"), trainable=False, name=name)
+        def variable(value, name, dtype="float32"):
+            return tf.Variable(tf.cast(np.asarray(value, "float32"), dtype), trainable=False, name=name)
 
         # === Patch embedding with the normalisation folded in ===
         normalization = layers["preprocessing"]
@@ -141,7 +150,7 @@ class InferenceGraph(tf.Module):
         kernel = _numpy(projection.kernel)  # (P, P, 3, D)
         bias = _numpy(projection.bias) - np.einsum("ijcd,c->d", kernel, mean / std)
         self.patch_size = kernel.shape[0]
-        self.patch_kernel = variable(kernel / std[:, None], "patch_kernel")
+        self.patch_kernel = variable(kernel / std[:, None], "patch_kernel", compute_dtype)
         positions = _numpy(layers["position_embedding"].embeddings)[0]
         self.positions = variable(positions + bias, "positions_and_patch_bias")
         self.class_token = variable(_numpy(layers["class_token"].token).reshape(1, -1), "class_token")
@@ -149,7 +158,8 @@ class InferenceGraph(tf.Module):
         self.self_attention = [self._block(block, "qkv") for block in self_blocks]
         self.class_attention = [self._block(block, "query") for block in class_blocks]
         self.final_norm = self._norm(layers["final_norm"], "final_norm")
-        self.head = [variable(w, f"predictions_{part}") for w, part in zip(_dense(layers["predictions"]), "wb")]
+        self.head = [variable(w, f"predictions_{part}", compute_dtype if part == "w" else "float32")
+                     for w, part in zip(_dense(layers["predictions"]), "wb")]
 
     def _norm(self, layer, name):
         return [tf.Variable(np.asarray(_numpy(w), "float32"), trainable=False, name=f"{name}_{part}")
@@ -177,8 +187,11 @@ class InferenceGraph(tf.Module):
         weights["mlp_dense_1"] = _dense(block.mlp_dense_1)
         weights["mlp_dense_2"] = _dense(block.mlp_dense_2, _numpy(block.mlp_layer_scale.gamma))
         prefix = block.name
+        # The talking-heads mixes, the biases and the norms stay float32; the other kernels compute_dtype.
         variables = {
-            f"{name}_{part}": tf.Variable(np.asarray(value, "float32"), trainable=False, name=f"{prefix}/{name}_{part}")
+            f"{name}_{part}": tf.Variable(
+                tf.cast(np.asarray(value, "float32"), self.compute_dtype if part == "kernel" and "mix" not in name
+                        else "float32"), trainable=False, name=f"{prefix}/{name}_{part}")
             for name, pair in weights.items()
             for part, value in zip(("kernel", "bias"), pair)
         }
@@ -193,7 +206,8 @@ class InferenceGraph(tf.Module):
         rows, cols = height // self.patch_size, width // self.patch_size
         tokens = rows * cols
         channels = self.class_token.shape[-1]
-        patches = tf.nn.conv2d(images, self.patch_kernel, strides=self.patch_size, padding="VALID")
+        patches = tf.cast(tf.nn.conv2d(tf.cast(images, self.patch_kernel.dtype), self.patch_kernel,
+                                       strides=self.patch_size, padding="VALID"), tf.float32)
         # (batch, tokens, channels) for the position embedding, then flat (batch·tokens, channels).
         x = tf.reshape(tf.reshape(patches, [-1, tokens, channels]) + self.positions, [-1, channels])
         for weights in self.self_attention:
@@ -222,11 +236,12 @@ class InferenceGraph(tf.Module):
         qkv = _linear(x, weights["qkv_kernel"], weights["qkv_bias"])
         qkv = tf.transpose(tf.reshape(qkv, [-1, tokens, 3, heads, head_dim]), [2, 0, 3, 1, 4])
         query, key, value = tf.unstack(qkv)
-        logits = tf.matmul(query, key, transpose_b=True)  # (batch, heads, tokens, tokens)
+        logits = _matmul(query, key, self.compute_dtype, transpose_b=True)  # (batch, heads, tokens, tokens)
         logits = _mix_heads(logits, weights["pre_softmax_head_mix_kernel"], weights["pre_softmax_head_mix_bias"])
         attention = tf.nn.softmax(logits)
         attention = _mix_heads(attention, weights["post_softmax_head_mix_kernel"], weights["post_softmax_head_mix_bias"])
-        outputs = tf.reshape(tf.transpose(tf.matmul(attention, value), [0, 2, 1, 3]), [-1, channels])
+        outputs = tf.reshape(tf.transpose(_matmul(attention, value, self.compute_dtype), [0, 2, 1, 3]),
+                             [-1, channels])
         return _linear(outputs, weights["output_projection_kernel"], weights["output_projection_bias"])
 
     def _class_attention(self, z, weights, tokens):
@@ -238,13 +253,26 @@ class InferenceGraph(tf.Module):
         key_value = _linear(tf.reshape(z, [-1, channels]), weights["key_value_kernel"], weights["key_value_bias"])
         key_value = tf.transpose(tf.reshape(key_value, [-1, tokens, 2, heads, head_dim]), [2, 0, 3, 1, 4])
         key, value = tf.unstack(key_value)
-        attention = tf.nn.softmax(tf.matmul(query, key, transpose_b=True))  # (batch, heads, 1, tokens)
-        outputs = tf.reshape(tf.matmul(attention, value), [-1, channels])
+        attention = tf.nn.softmax(_matmul(query, key, self.compute_dtype, transpose_b=True))  # (batch, heads, 1, tokens)
+        outputs = tf.reshape(_matmul(attention, value, self.compute_dtype), [-1, channels])
         return _linear(outputs, weights["output_projection_kernel"], weights["output_projection_bias"])
 
 
 def _linear(x, kernel, bias):
-    return tf.nn.bias_add(tf.matmul(x, kernel), bias)
+    """x @ kernel + bias, the product in the kernel's dtype (float32 or bfloat16), the result float32."""
+    if kernel.dtype == x.dtype:
+        return tf.nn.bias_add(tf.matmul(x, kernel), bias)
+    return tf.nn.bias_add(tf.cast(tf.matmul(tf.cast(x, kernel.dtype), kernel), x.dtype), bias)
+
+
+def _matmul(a, b, compute_dtype, **options):
+    """a @ b of float32 tensors, computed in `compute_dtype`, float32 out."""
+    if compute_dtype == "float32":
+        return tf.matmul(a, b, **options)
+    return tf.cast(tf.matmul(tf.cast(a, compute_dtype), tf.cast(b, compute_dtype), **options), tf.float32)
+
+
+COMPUTE_DTYPES = ("float32", "bfloat16")
 
 
 def _onnx_gelu(x):

@@ -46,7 +46,8 @@ from keras_cait.preprocessing import class_names_of
 
 
 def export_saved_model(
-    model, path, *, top_k=None, class_names=None, from_logits=None, quantization=None, overwrite=False
+    model, path, *, top_k=None, class_names=None, from_logits=None, quantization=None, precision="float32",
+    overwrite=False,
 ):
     """Writes `model` as a SavedModel version folder that TF Serving loads as it is.
 
@@ -68,6 +69,11 @@ def export_saved_model(
             kernels and inputs rounded to float8 with scales, kernels kept in
             float32): Keras `model.quantize` on a copy; see docs/export.md for
             each mode's accuracy and size.
+        precision: "float32", or "bfloat16" for CPUs with bfloat16 units
+            (AVX512-BF16, AMX) and GPUs: the matmuls compute in bfloat16, the
+            residual stream, LayerNorm and softmax in float32, as under timm's
+            autocast; the signatures still take and return float32. Needs a
+            float32 CaiT classifier without `quantization`.
         overwrite: replace an existing version folder.
 
     The folder is written beside `path` under a hidden name and renamed into
@@ -83,8 +89,13 @@ def export_saved_model(
     top_k = min(5, classes) if top_k is None else top_k
     if not 1 <= top_k <= classes:
         raise ValueError(f"top_k={top_k}: must be between 1 and the {classes} classes, e.g. 5.")
+    if precision not in ("float32", "bfloat16"):
+        raise ValueError(f"precision={precision!r}: must be 'float32' or 'bfloat16'.")
+    if precision != "float32" and quantization is not None:
+        raise ValueError(f"precision={precision!r} with quantization={quantization!r}: choose one; bfloat16 "
+                         "computes with float weights.")
     check_version_folder(path, overwrite)
-    forward = inference_form(quantized(model, path, quantization))
+    forward = inference_form(quantized(model, path, quantization), compute_dtype=precision)
 
     # One traced classifier that the three signatures share: the model is traced once.
     @tf.function(input_signature=[tf.TensorSpec([None, height, width, 3], tf.float32)], jit_compile=False)

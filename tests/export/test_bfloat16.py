@@ -1,0 +1,117 @@
+"""export_saved_model(..., precision="bfloat16"): bfloat16 matmuls, float32 in and out, the same three
+signatures, read by TensorFlow's loader alone; `keras-cait export --precision bfloat16`."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from tensorflow.core.protobuf import saved_model_pb2
+
+from keras_cait.cli.errors import UserError
+from keras_cait.export import export_saved_model
+from tests.export.helpers import SIDE, encode, photo, small_model
+
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# TensorFlow alone (no keras_cait, no Keras): the three signatures on the same images.
+LOADER = """
+import json, sys
+import numpy as np
+import tensorflow as tf
+path, images, jpeg = sys.argv[1], np.load(sys.argv[2]), open(sys.argv[3], "rb").read()
+loaded = tf.saved_model.load(path)
+answers = {
+    "serving_default": loaded.signatures["serving_default"](images=tf.constant(images)),
+    "serving_uint8": loaded.signatures["serving_uint8"](images=tf.constant(images.astype("uint8"))),
+    "serving_bytes": loaded.signatures["serving_bytes"](image_bytes=tf.constant([jpeg] * len(images))),
+}
+print(json.dumps({"dtypes": {name: {key: value.dtype.name for key, value in answer.items()}
+                             for name, answer in answers.items()},
+                  "probabilities": {name: answer["probabilities"].numpy().tolist() for name, answer in answers.items()},
+                  "keras_cait_loaded": any(name.startswith("keras_cait") for name in sys.modules)}))
+"""
+
+
+def matmul_dtypes(path):
+    """{(op, T)} of the matmuls and convolutions in the SavedModel's functions."""
+    saved = saved_model_pb2.SavedModel()
+    with open(os.path.join(path, "saved_model.pb"), "rb") as file:
+        saved.ParseFromString(file.read())
+    seen = set()
+    for function in saved.meta_graphs[0].graph_def.library.function:
+        for node in function.node_def:
+            if node.op in ("MatMul", "BatchMatMulV2", "Conv2D"):
+                seen.add((node.op, node.attr["T"].type))
+    return seen
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bf16")
+    model = small_model(seed=3, classes=10)
+    paths = {precision: str(root / precision / "1") for precision in ("float32", "bfloat16")}
+    for precision, path in paths.items():
+        export_saved_model(model, path, precision=precision, class_names=[f"class {i}" for i in range(10)])
+    images = np.random.RandomState(4).randint(0, 256, (8, SIDE, SIDE, 3)).astype("float32")
+    np.save(root / "images.npy", images)
+    (root / "photo.jpg").write_bytes(encode(photo(SIDE + 8, SIDE + 4), "JPEG"))
+    answers = {}
+    for precision, path in paths.items():
+        done = subprocess.run([sys.executable, "-c", LOADER, path, str(root / "images.npy"), str(root / "photo.jpg")],
+                              capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+        assert done.returncode == 0, done.stderr[-3000:]
+        answers[precision] = json.loads(done.stdout.strip().splitlines()[-1])
+    return paths, answers
+
+
+@pytest.mark.large
+def test_a_bfloat16_savedmodel_answers_all_three_signatures_in_float32_with_tensorflow_alone(exported):
+    _, answers = exported
+    answer = answers["bfloat16"]
+    assert not answer["keras_cait_loaded"]
+    for name, dtypes in answer["dtypes"].items():
+        assert dtypes == {"probabilities": "float32", "top_k_classes": "string", "top_k_indices": "int32",
+                          "top_k_probabilities": "float32"}, name
+    # Close to the float32 export (every parameter random), and not equal to it: bfloat16 did compute.
+    for name in ("serving_default", "serving_uint8"):
+        float32 = np.array(answers["float32"]["probabilities"][name])
+        bfloat16 = np.array(answer["probabilities"][name])
+        assert np.abs(float32 - bfloat16).max() < 0.05, name
+        assert np.mean(float32.argmax(1) == bfloat16.argmax(1)) >= 0.75, name
+        assert not np.array_equal(float32, bfloat16)
+
+
+@pytest.mark.large
+def test_the_bfloat16_export_computes_its_matmuls_in_bfloat16(exported):
+    paths, _ = exported
+    bfloat16, float32 = 14, 1  # DataType enum values
+    assert ("Conv2D", bfloat16) in matmul_dtypes(paths["bfloat16"])
+    assert ("MatMul", bfloat16) in matmul_dtypes(paths["bfloat16"])
+    assert ("BatchMatMulV2", bfloat16) in matmul_dtypes(paths["bfloat16"])
+    assert {dtype for _, dtype in matmul_dtypes(paths["float32"])} == {float32}
+
+
+def test_bfloat16_refuses_what_it_cannot_compute(tmp_path):
+    model = small_model(seed=5)
+    with pytest.raises(ValueError, match="choose one"):
+        export_saved_model(model, str(tmp_path / "a" / "1"), precision="bfloat16", quantization="int8")
+    with pytest.raises(ValueError, match="must be 'float32' or 'bfloat16'"):
+        export_saved_model(model, str(tmp_path / "b" / "1"), precision="float16")
+    assert not os.path.exists(tmp_path / "a") and not os.path.exists(tmp_path / "b")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["out.onnx", "--precision", "bfloat16"], "--precision bfloat16 applies to a SavedModel version folder only"),
+    (["serving/cait/1", "--precision", "bfloat16", "--quantization", "int8"], "choose one"),
+])
+def test_the_command_line_refuses_bfloat16_where_it_does_not_apply(argv, message, tmp_path, monkeypatch):
+    from keras_cait.cli import commands
+
+    monkeypatch.chdir(tmp_path)
+    args = commands.build_parser().parse_args(["export", *argv])
+    with pytest.raises(UserError, match=message):
+        commands.export(args)
