@@ -13,6 +13,7 @@ times (`_s`) and the process's CPU times (`_cpu_s`, user + system, less sensitiv
 import argparse
 import json
 import os
+import pathlib
 import statistics
 import subprocess
 import sys
@@ -65,7 +66,7 @@ def main():
         parser.error(f"{args.preset} has a pinned sha256, which a random checkpoint cannot match; "
                      "pick one without, e.g. cait_s24_224.")
     with tempfile.TemporaryDirectory() as work:
-        reference = TimmReference(__import__("pathlib").Path(work))
+        reference = TimmReference(pathlib.Path(work))
         body = reference.save(reference.model(args.preset)).read_bytes()  # the model is freed here
         hub = FakeHub()
         hub.serve(args.preset, body)
