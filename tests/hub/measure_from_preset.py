@@ -3,7 +3,8 @@
 Each measurement is a fresh process: `import keras_cait.hub`, `from_preset`, `predict` of one image,
 against the fake Hugging Face hub of tests/weights/fake_hf_hub.py serving a random timm checkpoint
 of the preset (no network), with caches that are empty (cold) or filled by the cold run (warm).
-Trees are measured interleaved, `--repeats` times; the median is printed, with every run.
+Trees are measured interleaved, `--repeats` times; the median is printed, with every run. Wall
+times (`_s`) and the process's CPU times (`_cpu_s`, user + system, less sensitive to what else runs).
 
     git archive <commit> keras_cait | tar -x -C /tmp/before
     nice python -m tests.hub.measure_from_preset --preset cait_s24_224 /tmp/before .
@@ -12,6 +13,7 @@ Trees are measured interleaved, `--repeats` times; the median is printed, with e
 import argparse
 import json
 import os
+import pathlib
 import statistics
 import subprocess
 import sys
@@ -25,16 +27,17 @@ from tests.weights.fake_hf_hub import FakeHub
 # it would report this parent's peak if that were higher.
 CHILD = """
 import json, re, sys, time
-start = time.perf_counter()
+start, start_cpu = time.perf_counter(), time.process_time()
 import numpy as np
 import keras_cait.hub
-imported = time.perf_counter()
+imported, imported_cpu = time.perf_counter(), time.process_time()
 classifier = keras_cait.hub.CaiTImageClassifier.from_preset(sys.argv[1])
-loaded = time.perf_counter()
+loaded, loaded_cpu = time.perf_counter(), time.process_time()
 classifier.predict(np.zeros((1, 224, 224, 3), "uint8"), verbose=0)
-done = time.perf_counter()
+done, done_cpu = time.perf_counter(), time.process_time()
 print(json.dumps(dict(import_s=imported - start, from_preset_s=loaded - imported, predict_s=done - loaded,
-                      first_prediction_s=done - start,
+                      first_prediction_s=done - start, from_preset_cpu_s=loaded_cpu - imported_cpu,
+                      first_prediction_cpu_s=done_cpu - start_cpu,
                       peak_rss_mib=int(re.search(r"VmHWM:\\s+(\\d+)", open("/proc/self/status").read())[1]) / 1024)))
 """
 
@@ -63,7 +66,7 @@ def main():
         parser.error(f"{args.preset} has a pinned sha256, which a random checkpoint cannot match; "
                      "pick one without, e.g. cait_s24_224.")
     with tempfile.TemporaryDirectory() as work:
-        reference = TimmReference(__import__("pathlib").Path(work))
+        reference = TimmReference(pathlib.Path(work))
         body = reference.save(reference.model(args.preset)).read_bytes()  # the model is freed here
         hub = FakeHub()
         hub.serve(args.preset, body)
