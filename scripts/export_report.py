@@ -26,7 +26,7 @@ import tensorflow as tf
 from PIL import Image
 
 import keras_cait
-from keras_cait.export import saved_model as export
+from keras_cait import export
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "export.md"
 START, END = "<!-- export_report:start -->", "<!-- export_report:end -->"
