@@ -191,6 +191,18 @@ def no_network(monkeypatch):
     monkeypatch.setattr(urllib.request, "urlopen", refuse)
 
 
+@pytest.fixture(autouse=True)
+def float32_after_each_test():
+    """Every test starts under the float32 policy: a run called in-process (`runs.main`, `train_run`)
+    sets the global policy to its --precision (mixed_float16 by default) and leaves it, as the
+    command line does; a later test in the same worker would otherwise build in half precision."""
+    yield
+    import sys
+
+    if "keras" in sys.modules:
+        sys.modules["keras"].mixed_precision.set_global_policy("float32")
+
+
 @pytest.fixture
 def policy():
     """Sets a global dtype policy for one test and restores float32 afterwards."""

@@ -110,3 +110,14 @@ def test_every_python_block_of_the_front_pages_is_run_by_a_test():
     for test in set(RUN_BY.values()):
         path, name = test.split("::")
         assert f"def {name}(" in text(path), test
+
+
+def test_every_python_block_of_every_guide_is_run_by_a_test():
+    """A page with Python blocks is run whole by tests/test_guides.py, or its blocks are listed in
+    RUN_BY (README, the training guide), or it is keras_hub.md (tests/hub/test_keras_hub_guide.py)."""
+    from tests.test_guides import GUIDES
+
+    for document in DOCUMENTS:
+        if python_blocks(text(document)) and document not in ("README.md", "docs/training.md", "docs/keras_hub.md"):
+            assert document in GUIDES, document
+    assert "docs/keras_hub.md" in text("tests/hub/test_keras_hub_guide.py")
