@@ -136,8 +136,6 @@ def _add_recipe_arguments(parser, command, name):
 def recipe_of(args):
     """The recipe a parsed command line runs: `--recipe`'s, with every knob as the flags say."""
     values = {name: getattr(args, name) for name in recipes.knobs() if hasattr(args, name)}
-    if isinstance(values.get("opt_betas"), list):
-        values["opt_betas"] = tuple(values["opt_betas"])
     return recipes.RECIPES[args.recipe].replace(**values)
 
 
@@ -237,11 +235,10 @@ def check_arguments(command, args):
     check_range("--shuffle-buffer", args.shuffle_buffer, 1, example=10000)
     for field in dataclasses.fields(recipes.Recipe):
         value = getattr(args, field.name, None)
-        problem = recipes.out_of_range(field, tuple(value) if isinstance(value, list) else value,
+        problem = recipes.out_of_range(field, value,
                                        example=getattr(recipes.RECIPES[args.recipe], field.name) or None)
         if problem:
-            shown = " ".join(f"{item:g}" for item in value) if isinstance(value, list) else f"{value:g}"
-            raise usage(f"{recipes.flag(field.name)} {shown}: {problem}.")
+            raise usage(f"{recipes.flag(field.name)} {recipes.shown(value)}: {problem}.")
     _check_distillation_flags(args)
     if command == "finetune":
         check_range("--val-fraction", args.val_fraction, 0.0, 0.99, example=0.1)

@@ -189,18 +189,19 @@ def out_of_range(field, value, example=None):
     positive = field.metadata["positive"]
     if value is None or isinstance(value, bool) or (low is None and high is None and not positive):
         return ""
-    for item in value if isinstance(value, tuple) else (value,):
+    for item in value if isinstance(value, (tuple, list)) else (value,):
         if not math.isfinite(item) or (positive and item <= 0) or (low is not None and item < low) or (
                 high is not None and item > high):
             allowed = "positive" if positive else f"at least {low:g}" if high is None else \
                 f"between {low:g} and {high:g}"
             example = field.default if example is None else example
-            return f"must be {allowed}" + ("" if example is None else f", e.g. {_shown_default(example)}")
+            return f"must be {allowed}" + ("" if example is None else f", e.g. {shown(example)}")
     return ""
 
 
-def _shown_default(value):
-    return " ".join(f"{item:g}" for item in value) if isinstance(value, tuple) else f"{value:g}"
+def shown(value):
+    """A number or a pair of numbers as the command line takes it: 0.9 0.999."""
+    return " ".join(f"{item:g}" for item in value) if isinstance(value, (tuple, list)) else f"{value:g}"
 
 
 def _plain(value):

@@ -56,11 +56,8 @@ def test_a_typed_flag_wins_over_the_recipe_even_when_it_equals_a_default(command
 def test_without_recipe_the_command_runs_its_own(command):
     args = runs.parse_arguments(command, ["--data", "folder", "--output-dir", "out"])
     assert args.recipe == runs.DEFAULT_RECIPES[command]
-    expected = RECIPES[runs.DEFAULT_RECIPES[command]]
-    if command == "train":  # no head stage: its knobs stay the recipe's
-        assert runs.recipe_of(args) == expected
-    else:
-        assert runs.recipe_of(args) == expected
+    # train has no head flags: its head knobs stay the recipe's too.
+    assert runs.recipe_of(args) == RECIPES[runs.DEFAULT_RECIPES[command]]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
