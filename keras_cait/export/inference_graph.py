@@ -12,7 +12,9 @@ an S24, float64 folding then float32):
   attention output projection and the MLP's second layer absorb λ_1 and λ_2;
 - the attention scale d^-1/2 goes into the query columns of the qkv (or
   query) projection;
-- dropout and drop path are identities at inference and are simply absent.
+- dropout and drop path are identities at inference and are simply absent;
+- the bias of the talking-heads mix before the softmax is dropped: it is constant along the
+  softmax's axis, which cancels it.
 
 The Keras model, its weights and its `.keras` files are left as they are: this
 module reads the weights once and writes new TensorFlow variables.
@@ -22,9 +24,9 @@ oneDNN, ONNX Runtime, OpenVINO): the tokens stay a 2-D `(batch·tokens,
 channels)` matrix between blocks, so every projection is one MatMul + BiasAdd
 (GELU) that oneDNN fuses, with no `tensordot` reshapes. GELU and LayerNorm are
 written in the form that the runtime at the end pattern-matches into one op
-(`runtime`): for TensorFlow and LiteRT, `tf.nn.gelu` and `tf.nn.moments` over
-the last axis by its positive index + `tf.nn.batch_normalization` (oneDNN's
-GeluExact and LayerNorm fusions); for ONNX and OpenVINO, `½x · (1 + erf(x/√2))`
+(`runtime`): for TensorFlow and LiteRT, `tf.nn.gelu` (oneDNN's MatMul + BiasAdd +
+GeluExact fusion) and `tf.nn.moments` over the last axis by its positive index +
+`tf.nn.batch_normalization`; for ONNX and OpenVINO, `½x · (1 + erf(x/√2))`
 and `(x - μ) / √(mean((x - μ)²) + ε) · γ + β`, the forms ONNX Runtime fuses into
 Gelu and LayerNormalization and OpenVINO into Gelu and MVN. Outputs equal the model's (tests/export/test_inference_graph.py
 compares every export with timm's logits).
@@ -116,10 +118,11 @@ class InferenceGraph(tf.Module):
             "onnx" for graphs converted to ONNX or OpenVINO: the forms of GELU
             and LayerNorm that each fuses (the module docstring).
         compute_dtype: "float32", or "bfloat16" for CPUs with bfloat16 units
-            and GPUs: the patch embedding, every linear layer and the attention
-            matmuls take bfloat16 inputs and weights, while the residual stream,
-            LayerNorm, softmax, the talking-heads mixes and the logits stay
-            float32, as under timm's `torch.autocast(bfloat16)`. The inputs and
+            and GPUs: the patch embedding, every linear layer (its bias and the
+            GELU after it included) and the attention matmuls compute in
+            bfloat16 and return bfloat16, as under timm's
+            `torch.autocast(bfloat16)`, while the residual stream, LayerNorm,
+            softmax and the talking-heads mixes stay float32. The inputs and
             outputs are float32 either way.
 
     Calling it on float32 `(batch, H, W, 3)` 0..255 RGB images returns what the
@@ -158,8 +161,7 @@ class InferenceGraph(tf.Module):
         self.self_attention = [self._block(block, "qkv") for block in self_blocks]
         self.class_attention = [self._block(block, "query") for block in class_blocks]
         self.final_norm = self._norm(layers["final_norm"], "final_norm")
-        self.head = [variable(w, f"predictions_{part}", compute_dtype if part == "w" else "float32")
-                     for w, part in zip(_dense(layers["predictions"]), "wb")]
+        self.head = [variable(w, f"predictions_{part}", compute_dtype) for w, part in zip(_dense(layers["predictions"]), "wb")]
 
     def _norm(self, layer, name):
         return [tf.Variable(np.asarray(_numpy(w), "float32"), trainable=False, name=f"{name}_{part}")
@@ -175,9 +177,10 @@ class InferenceGraph(tf.Module):
         if query_layer == "qkv":  # self-attention: scale the query third of qkv
             weights["qkv"] = _dense(attention.qkv, np.repeat([scale, 1.0, 1.0], channels))
             for name in ("pre_softmax_head_mix", "post_softmax_head_mix"):
-                # stored as the left factor of (H, H) @ (batch, H, N·M) and an (H, 1) bias
+                # stored as the left factor of (H, H) @ (H, batch·N·M) and an (H, 1) bias; the softmax
+                # cancels the pre-softmax bias (constant along its axis), so that one is left out
                 kernel, bias = _dense(getattr(attention, name))
-                weights[name] = (kernel.T, bias[:, None])
+                weights[name] = (kernel.T,) if name.startswith("pre") else (kernel.T, bias[:, None])
         else:  # class attention
             weights["query"] = _dense(attention.query, scale)
             # key and value in one matmul over the tokens
@@ -187,10 +190,10 @@ class InferenceGraph(tf.Module):
         weights["mlp_dense_1"] = _dense(block.mlp_dense_1)
         weights["mlp_dense_2"] = _dense(block.mlp_dense_2, _numpy(block.mlp_layer_scale.gamma))
         prefix = block.name
-        # The talking-heads mixes, the biases and the norms stay float32; the other kernels compute_dtype.
+        # The linear layers in compute_dtype (kernel and bias); the talking-heads mixes float32.
         variables = {
             f"{name}_{part}": tf.Variable(
-                tf.cast(np.asarray(value, "float32"), self.compute_dtype if part == "kernel" and "mix" not in name
+                tf.cast(np.asarray(value, "float32"), self.compute_dtype if "mix" not in name
                         else "float32"), trainable=False, name=f"{prefix}/{name}_{part}")
             for name, pair in weights.items()
             for part, value in zip(("kernel", "bias"), pair)
@@ -206,8 +209,8 @@ class InferenceGraph(tf.Module):
         rows, cols = height // self.patch_size, width // self.patch_size
         tokens = rows * cols
         channels = self.class_token.shape[-1]
-        patches = tf.cast(tf.nn.conv2d(tf.cast(images, self.patch_kernel.dtype), self.patch_kernel,
-                                       strides=self.patch_size, padding="VALID"), tf.float32)
+        patches = tf.cast(tf.nn.conv2d(self._low(images), self.patch_kernel, strides=self.patch_size,
+                                       padding="VALID"), tf.float32)
         # (batch, tokens, channels) for the position embedding, then flat (batch·tokens, channels).
         x = tf.reshape(tf.reshape(patches, [-1, tokens, channels]) + self.positions, [-1, channels])
         for weights in self.self_attention:
@@ -221,55 +224,62 @@ class InferenceGraph(tf.Module):
                 self.layer_norm(joined, *_norm_of(weights, "attention_norm")), weights, tokens + 1
             )
             class_token = class_token + self._mlp(class_token, weights)
-        scores = _linear(self.layer_norm(class_token, *self.final_norm), *self.head)
+        scores = self._float(_linear(self._low(self.layer_norm(class_token, *self.final_norm)), *self.head))
         return tf.nn.softmax(scores) if self.softmax else scores
 
+    def _low(self, x):
+        """x in the compute dtype: the input of a matmul."""
+        return tf.cast(x, self.compute_dtype) if x.dtype != self.compute_dtype else x
+
+    def _float(self, x):
+        """x in float32: what the residual stream, LayerNorm and softmax take."""
+        return tf.cast(x, tf.float32) if x.dtype != tf.float32 else x
+
     def _mlp(self, x, weights):
-        hidden = self.gelu(_linear(self.layer_norm(x, *_norm_of(weights, "mlp_norm")), weights["mlp_dense_1_kernel"],
-                               weights["mlp_dense_1_bias"]))
-        return _linear(hidden, weights["mlp_dense_2_kernel"], weights["mlp_dense_2_bias"])
+        # The GELU follows its matmul in the compute dtype, so both are one fused op.
+        hidden = self.gelu(_linear(self._low(self.layer_norm(x, *_norm_of(weights, "mlp_norm"))),
+                                   weights["mlp_dense_1_kernel"], weights["mlp_dense_1_bias"]))
+        return self._float(_linear(hidden, weights["mlp_dense_2_kernel"], weights["mlp_dense_2_bias"]))
 
     def _self_attention(self, x, weights, tokens):
-        """x (batch·tokens, C) -> the attention branch (batch·tokens, C), λ_1 folded in."""
+        """x (batch·tokens, C) -> the attention branch (batch·tokens, C), λ_1 folded in.
+
+        The heads lead, `(heads·batch, tokens, head_dim)`: one transpose of the qkv projection
+        brings them there, the talking-heads mixes are then plain `(H, H) @ (H, batch·N·N)`
+        matmuls, and one transpose takes the heads back for the output projection.
+        """
         channels = x.shape[-1]
         heads, head_dim = self.heads, channels // self.heads
-        qkv = _linear(x, weights["qkv_kernel"], weights["qkv_bias"])
-        qkv = tf.transpose(tf.reshape(qkv, [-1, tokens, 3, heads, head_dim]), [2, 0, 3, 1, 4])
-        query, key, value = tf.unstack(qkv)
-        logits = _matmul(query, key, self.compute_dtype, transpose_b=True)  # (batch, heads, tokens, tokens)
-        logits = _mix_heads(logits, weights["pre_softmax_head_mix_kernel"], weights["pre_softmax_head_mix_bias"])
-        attention = tf.nn.softmax(logits)
-        attention = _mix_heads(attention, weights["post_softmax_head_mix_kernel"], weights["post_softmax_head_mix_bias"])
-        outputs = tf.reshape(tf.transpose(_matmul(attention, value, self.compute_dtype), [0, 2, 1, 3]),
-                             [-1, channels])
-        return _linear(outputs, weights["output_projection_kernel"], weights["output_projection_bias"])
+        qkv = _linear(self._low(x), weights["qkv_kernel"], weights["qkv_bias"])  # (batch·tokens, 3C)
+        qkv = tf.transpose(tf.reshape(qkv, [-1, 3 * heads, head_dim]), [1, 0, 2])  # (3H, batch·tokens, d)
+        query, key, value = tf.unstack(tf.reshape(qkv, [3, -1, tokens, head_dim]))  # (H·batch, tokens, d)
+        logits = self._float(tf.matmul(query, key, transpose_b=True))  # (H·batch, tokens, tokens)
+        # The pre-softmax mix's bias is constant along the softmax's axis, so the softmax cancels it.
+        attention = tf.nn.softmax(_mix_heads(logits, weights["pre_softmax_head_mix_kernel"]))
+        attention = _mix_heads(attention, weights["post_softmax_head_mix_kernel"],
+                               weights["post_softmax_head_mix_bias"])
+        outputs = tf.matmul(self._low(attention), value)  # (H·batch, tokens, d)
+        outputs = tf.reshape(tf.transpose(tf.reshape(outputs, [heads, -1, head_dim]), [1, 0, 2]), [-1, channels])
+        return self._float(_linear(outputs, weights["output_projection_kernel"], weights["output_projection_bias"]))
 
     def _class_attention(self, z, weights, tokens):
         """z (batch, 1 + patches, C) -> the class token's update (batch, C), λ_1 folded in."""
         channels = z.shape[-1]
         heads, head_dim = self.heads, channels // self.heads
+        z = self._low(z)
         query = _linear(z[:, 0], weights["query_kernel"], weights["query_bias"])
         query = tf.reshape(query, [-1, heads, 1, head_dim])
         key_value = _linear(tf.reshape(z, [-1, channels]), weights["key_value_kernel"], weights["key_value_bias"])
         key_value = tf.transpose(tf.reshape(key_value, [-1, tokens, 2, heads, head_dim]), [2, 0, 3, 1, 4])
         key, value = tf.unstack(key_value)
-        attention = tf.nn.softmax(_matmul(query, key, self.compute_dtype, transpose_b=True))  # (batch, heads, 1, tokens)
-        outputs = tf.reshape(_matmul(attention, value, self.compute_dtype), [-1, channels])
-        return _linear(outputs, weights["output_projection_kernel"], weights["output_projection_bias"])
+        attention = tf.nn.softmax(self._float(tf.matmul(query, key, transpose_b=True)))  # (batch, heads, 1, tokens)
+        outputs = tf.reshape(tf.matmul(self._low(attention), value), [-1, channels])
+        return self._float(_linear(outputs, weights["output_projection_kernel"], weights["output_projection_bias"]))
 
 
 def _linear(x, kernel, bias):
-    """x @ kernel + bias, the product in the kernel's dtype (float32 or bfloat16), the result float32."""
-    if kernel.dtype == x.dtype:
-        return tf.nn.bias_add(tf.matmul(x, kernel), bias)
-    return tf.nn.bias_add(tf.cast(tf.matmul(tf.cast(x, kernel.dtype), kernel), x.dtype), bias)
-
-
-def _matmul(a, b, compute_dtype, **options):
-    """a @ b of float32 tensors, computed in `compute_dtype`, float32 out."""
-    if compute_dtype == "float32":
-        return tf.matmul(a, b, **options)
-    return tf.cast(tf.matmul(tf.cast(a, compute_dtype), tf.cast(b, compute_dtype), **options), tf.float32)
+    """x @ kernel + bias in x's dtype: one MatMul + BiasAdd that oneDNN fuses (with the GELU after it)."""
+    return tf.nn.bias_add(tf.matmul(x, kernel), bias)
 
 
 COMPUTE_DTYPES = ("float32", "bfloat16")
@@ -286,7 +296,10 @@ def _onnx_layer_norm(x, gamma, beta):
 
 
 def _tensorflow_layer_norm(x, gamma, beta):
-    # The last axis by its positive index: oneDNN's LayerNorm fusion does not match axes=[-1].
+    # The last axis by its positive index, as oneDNN's kernels reduce it. The one LayerNorm pattern
+    # that grappler's oneDNN remapper fuses with variable γ and β (a training-mode FusedBatchNormV3
+    # on a reshaped (1, rows, channels, 1) tensor, Keras 2's form) measured slower at batch 1 than
+    # these unfused ops: its `_MklLayerNorm` took 170 µs for one (196, 192) tensor.
     mean, variance = tf.nn.moments(x, axes=[len(x.shape) - 1], keepdims=True)
     return tf.nn.batch_normalization(x, mean, variance, offset=beta, scale=gamma, variance_epsilon=LAYER_NORM_EPSILON)
 
@@ -302,11 +315,14 @@ def _norm_of(weights, name):
     return weights[f"{name}_gamma"], weights[f"{name}_beta"]
 
 
-def _mix_heads(scores, kernel, bias):
-    """Talking heads over (batch, H, N, M): out_h' = Σ_h kernel[h', h] · scores_h + bias[h'].
+def _mix_heads(scores, kernel, bias=None):
+    """Talking heads over (H·batch, N, M): out_h' = Σ_h kernel[h', h] · scores_h (+ bias[h']).
 
-    One (H, H) @ (batch, H, N·M) matmul: no transpose of the large tensor.
+    One (H, H) @ (H, batch·N·M) matmul, the heads leading: no transpose of the large tensor.
     """
-    _, heads, queries, keys = scores.shape
-    mixed = tf.matmul(kernel, tf.reshape(scores, [-1, heads, queries * keys])) + bias
-    return tf.reshape(mixed, [-1, heads, queries, keys])
+    _, queries, keys = scores.shape
+    heads = kernel.shape[0]
+    mixed = tf.matmul(kernel, tf.reshape(scores, [heads, -1]))
+    if bias is not None:
+        mixed = mixed + bias
+    return tf.reshape(mixed, [-1, queries, keys])

@@ -349,10 +349,12 @@ def test_every_weight_is_saved_once_with_the_layer_scales_and_patch_bias_folded(
     shapes = reader.get_variable_to_shape_map()
     saved = sum(int(np.prod(shape)) for name, shape in shapes.items() if name != "_CHECKPOINTABLE_OBJECT_GRAPH")
     # The inference graph (keras_cait.export.inference_graph) multiplies each LayerScale into the
-    # projection before it and adds the patch bias to the position embedding.
+    # projection before it and adds the patch bias to the position embedding; the softmax cancels
+    # the pre-softmax head mix's bias, so it is left out.
     folded = [weight for weight in model.trainable_weights
-              if "layer_scale" in weight.path or weight.path == "patch_embedding/projection/bias"]
-    assert len(folded) == 2 * 4 + 1  # two LayerScales in each of the 2 + 2 blocks
+              if "layer_scale" in weight.path or weight.path == "patch_embedding/projection/bias"
+              or "pre_softmax_head_mix/bias" in weight.path]
+    assert len(folded) == 2 * 4 + 1 + 2  # two LayerScales in each of the 2 + 2 blocks, 2 mix biases
     kept = [weight for weight in model.trainable_weights if not any(weight is f for f in folded)]
     assert saved == sum(int(np.prod(weight.shape)) for weight in kept)
 
