@@ -188,6 +188,10 @@ def export(args):
         raise usage(f"--precision {args.precision} applies to a {folder_format().name} version folder only; "
                     "OpenVINO computes in bfloat16 by itself where the CPU has it. Leave it out, or export a "
                     "version folder.")
+    if args.jit and is_file:
+        raise usage(f"--jit applies to a {folder_format().name} version folder only; the runtimes of "
+                    f"{_listed(row.name for row in file_formats())} compile the graph themselves. Leave it out, "
+                    "or export a version folder.")
     if args.precision != "float32" and args.quantization:
         raise usage(f"--precision {args.precision} with --quantization {args.quantization}: choose one.")
     _check_model_argument(args, "--top-k")
@@ -219,6 +223,7 @@ def _export(exporters, model, output, args):
     if row.suffix is None:  # a SavedModel version folder, whose top_k outputs list the best classes
         options["top_k"] = args.top_k or min(5, _classes(model, args.model))
         options["precision"] = args.precision
+        options["jit_compile"] = args.jit
     getattr(exporters, row.exporter)(model, output, **options)
 
 
@@ -311,6 +316,9 @@ def build_parser():
     e.add_argument("--precision", choices=("float32", "bfloat16"), default="float32",
                    help="SavedModel only: bfloat16 computes the matmuls in bfloat16 (CPUs with bfloat16 "
                         "units, GPUs), float32 in and out (default: %(default)s)")
+    e.add_argument("--jit", action="store_true",
+                   help="SavedModel only: compile the model with XLA, faster at small batches on CPUs; TF "
+                        "Serving must then run with --xla_cpu_compilation_enabled (without it, every request fails)")
     e.add_argument("--overwrite", action="store_true", help="replace an existing version folder or file")
     add_debug_flag(e)
     e.set_defaults(run=export)

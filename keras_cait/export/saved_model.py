@@ -23,8 +23,9 @@ decoded file and H×W whatever the aspect ratio, and files of more than
 `evaluation_transform.MAX_PIXELS` (89.5 million) pixels are refused from their header. Inputs of
 another shape, with values outside 0..255, or bytes that are no image fail
 with INVALID_ARGUMENT and a message naming what was expected. Every input and output is float32,
-integer or string whatever the model's dtype policy, and no function needs XLA,
-so TF Serving (REST and gRPC) runs the model as it is, without keras_cait.
+integer or string whatever the model's dtype policy, and no function needs XLA
+(unless exported with `jit_compile=True`), so TF Serving (REST and gRPC) runs the
+model as it is, without keras_cait.
 
 What is traced (the folded inference graph of a float32 CaiT classifier, else
 the Keras model) is `keras_cait.export.core.inference_form`.
@@ -47,7 +48,7 @@ from keras_cait.preprocessing import class_names_of
 
 def export_saved_model(
     model, path, *, top_k=None, class_names=None, from_logits=None, quantization=None, precision="float32",
-    overwrite=False,
+    jit_compile=False, overwrite=False,
 ):
     """Writes `model` as a SavedModel version folder that TF Serving loads as it is.
 
@@ -74,6 +75,11 @@ def export_saved_model(
             residual stream, LayerNorm and softmax in float32, as under timm's
             autocast; the signatures still take and return float32. Needs a
             float32 CaiT classifier without `quantization`.
+        jit_compile: compile the model's forward pass with XLA (the decoding
+            and the checks around it stay TensorFlow ops). Faster on a CPU at
+            small batches (docs/benchmarks.md), but TF Serving runs it only when
+            started with `--xla_cpu_compilation_enabled`: without the flag it
+            answers every request with an error ("XLA compilation disabled").
         overwrite: replace an existing version folder.
 
     The folder is written beside `path` under a hidden name and renamed into
@@ -96,11 +102,13 @@ def export_saved_model(
                          "computes with float weights.")
     check_version_folder(path, overwrite)
     forward = inference_form(quantized(model, path, quantization), compute_dtype=precision)
+    # XLA compiles the forward pass alone: the strings of the outputs and of serving_bytes are no XLA types.
+    compiled = tf.function(forward, jit_compile=True, autograph=False) if jit_compile else forward
 
     # One traced classifier that the three signatures share: the model is traced once.
     @tf.function(input_signature=[tf.TensorSpec([None, height, width, 3], tf.float32)], jit_compile=False)
     def classify(images):
-        scores = keras.ops.cast(forward(images), "float32")
+        scores = keras.ops.cast(compiled(images), "float32")
         probabilities = tf.nn.softmax(scores) if from_logits else scores
         top_probabilities, top_indices = tf.math.top_k(probabilities, k=top_k)
         return {
@@ -130,7 +138,7 @@ def export_saved_model(
     if isinstance(forward, InferenceGraph):
         archive.track(forward)
     for name, (function, spec) in endpoints.items():
-        # TF Serving runs without XLA by default, so nothing may require it.
+        # TF Serving runs without XLA by default: only `compiled` may require it, and only when asked.
         function = tf.function(function, input_signature=[spec], jit_compile=False, autograph=False)
         function.get_concrete_function()
         archive.add_endpoint(name, function)

@@ -33,9 +33,9 @@ def test_top_k_is_refused_for_openvino(tmp_path):
 
 @pytest.mark.parametrize("output, exporter, options", [
     ("serving/cait/1", "export_saved_model", {"quantization": "int4", "overwrite": False, "top_k": 5,
-                                              "precision": "float32"}),
+                                              "precision": "float32", "jit_compile": False}),
     ("serving/cait/2", "export_saved_model", {"quantization": None, "overwrite": False, "top_k": 5,
-                                              "precision": "bfloat16"}),
+                                              "precision": "bfloat16", "jit_compile": True}),
     ("cait.onnx", "export_onnx", {"quantization": "int8", "overwrite": False}),
     ("cait.tflite", "export_litert", {"quantization": "dynamic_int8", "overwrite": False}),
     ("cait.xml", "export_openvino", {"quantization": None, "overwrite": True}),
@@ -56,6 +56,7 @@ def test_each_output_goes_to_its_exporter(output, exporter, options, tmp_path, m
     path = str(tmp_path / output)
     flags = [f"--quantization={options['quantization']}"] if options["quantization"] else []
     flags += [f"--precision={options['precision']}"] if options.get("precision", "float32") != "float32" else []
+    flags += ["--jit"] if options.get("jit_compile") else []
     main(["export", path, "--weights", "none", *flags, *(["--overwrite"] if options["overwrite"] else [])])
     assert called == [(exporter, (model, path), options)]
     assert capsys.readouterr().out == f"wrote {path}\n"

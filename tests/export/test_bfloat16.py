@@ -106,6 +106,7 @@ def test_bfloat16_refuses_what_it_cannot_compute(tmp_path):
 
 @pytest.mark.parametrize("argv, message", [
     (["out.onnx", "--precision", "bfloat16"], "--precision bfloat16 applies to a SavedModel version folder only"),
+    (["out.xml", "--jit"], "--jit applies to a SavedModel version folder only"),
     (["serving/cait/1", "--precision", "bfloat16", "--quantization", "int8"], "choose one"),
 ])
 def test_the_command_line_refuses_bfloat16_where_it_does_not_apply(argv, message, tmp_path, monkeypatch):
@@ -115,3 +116,37 @@ def test_the_command_line_refuses_bfloat16_where_it_does_not_apply(argv, message
     args = commands.build_parser().parse_args(["export", *argv])
     with pytest.raises(UserError, match=message):
         commands.export(args)
+
+
+def xla_functions(path):
+    """{name: op types} of the SavedModel's functions that XLA must compile (`_XlaMustCompile`)."""
+    saved = saved_model_pb2.SavedModel()
+    with open(os.path.join(path, "saved_model.pb"), "rb") as file:
+        saved.ParseFromString(file.read())
+    library = {function.signature.name: function for function in saved.meta_graphs[0].graph_def.library.function}
+    must = {node.attr["f"].func.name for function in library.values() for node in function.node_def
+            if node.attr["_XlaMustCompile"].b}
+    return {name: {node.op for node in library[name].node_def} for name in must}
+
+
+@pytest.mark.large
+def test_jit_compile_compiles_the_forward_pass_alone_and_answers_the_same(tmp_path):
+    """`jit_compile=True` (keras-cait export --jit) marks the forward pass, and only it, for XLA:
+    TF Serving without --xla_cpu_compilation_enabled refuses exactly such functions, and the
+    default export has none. Its answers are the float32 export's."""
+    import tensorflow as tf
+
+    model = small_model(seed=6, classes=10)
+    names = [f"class {i}" for i in range(10)]
+    plain = export_saved_model(model, str(tmp_path / "plain" / "1"), class_names=names)
+    compiled = export_saved_model(model, str(tmp_path / "xla" / "1"), class_names=names, jit_compile=True)
+    assert xla_functions(plain) == {}
+    compiled_functions = xla_functions(compiled)
+    assert compiled_functions  # the forward pass: its matmuls, and none of the string ops around it
+    for ops in compiled_functions.values():
+        assert "MatMul" in ops and not {op for op in ops if op.startswith(("String", "Regex", "Decode", "AsString"))}
+    images = tf.constant(np.random.RandomState(7).randint(0, 256, (3, SIDE, SIDE, 3)).astype("float32"))
+    answers = [tf.saved_model.load(path).signatures["serving_default"](images=images)
+               for path in (plain, compiled)]
+    np.testing.assert_allclose(answers[1]["probabilities"], answers[0]["probabilities"], atol=2e-6)
+    assert answers[1]["top_k_classes"].numpy().tolist() == answers[0]["top_k_classes"].numpy().tolist()
