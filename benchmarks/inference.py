@@ -14,7 +14,7 @@ under ONNX Runtime, our OpenVINO IR against timm's ONNX on OpenVINO, f32 and bf1
 `{{XXS24 bs1 timm-eager img/s}}` its images/s, `{{table}}` the three tables below,
 `{{same runtime table}}` the third alone and `{{machine}}` the machine's state.
 
-The default paths (`DEFAULT_PATHS`, 11 and the ceiling: 12 workers) are the peers a PyTorch
+The default paths (`DEFAULT_PATHS`, 13 and the ceiling: 14 workers) are the peers a PyTorch
 user reaches (timm eager, torch.compile, autocast bf16, ONNX Runtime and OpenVINO f32/bf16 on
 timm's own ONNX export) and the paths a keras_cait user takes; each worker records its peak
 memory (`peak_memory_mb`) in the JSON.
@@ -66,7 +66,7 @@ VARIANTS = {  # keras_cait variant -> timm architecture at 224
 SMOKE = dict(embed_dim=32, depth=1, num_heads=2, init_values=0.1, patch_size=8, image_size=32, classes=10)
 REFERENCE = "timm-eager"
 # Paths whose outputs are probabilities (the serving signature adds the softmax).
-PROBABILITIES = {"keras-saved-model"}
+PROBABILITIES = {"keras-saved-model", "keras-saved-model-xla", "keras-saved-model-bf16"}
 PACKAGES = ("torch", "timm", "tensorflow", "keras", "onnxruntime", "openvino")
 
 
@@ -264,15 +264,16 @@ def _keras_xla(spec, batches, workdir, threads):
     return model.predict_on_batch
 
 
-def _keras_saved_model(spec, batches, workdir, threads):
-    """`serving_default` as TF Serving runs it: loaded without keras_cait, no XLA."""
-    path = os.path.join(workdir, "saved_model", "1")
+def _keras_saved_model(spec, batches, workdir, threads, precision="float32", jit_compile=False):
+    """`serving_default` as TF Serving runs it: loaded without keras_cait; XLA only where exported with it."""
+    path = os.path.join(workdir, f"saved_model_{precision}_{'xla' if jit_compile else 'graph'}", "1")
     script = (
         "import sys; from keras_cait.export import export_saved_model; "
         "from benchmarks.inference import _keras_model, _spec; "
         "import json; spec = json.loads(sys.argv[1]); "
         "export_saved_model(_keras_model(spec, sys.argv[2], 'softmax'), sys.argv[3], "
-        "top_k=min(5, spec['classes']), class_names=[str(i) for i in range(spec['classes'])])"
+        "top_k=min(5, spec['classes']), class_names=[str(i) for i in range(spec['classes'])], "
+        f"precision={precision!r}, jit_compile={jit_compile})"
     )
     # Exported in a child process, so that this one never imports keras_cait (nor Keras).
     subprocess.run([sys.executable, "-c", script, json.dumps(spec), workdir, path], check=True, stdout=sys.stderr,
@@ -282,6 +283,16 @@ def _keras_saved_model(spec, batches, workdir, threads):
     signature = tf.saved_model.load(path).signatures["serving_default"]
     assert "keras_cait" not in sys.modules, "the SavedModel must be served without keras_cait"
     return lambda pixels: signature(images=tf.constant(pixels))["probabilities"].numpy()
+
+
+def _keras_saved_model_xla(spec, batches, workdir, threads):
+    """`export_saved_model(jit_compile=True)`: TF Serving with --xla_cpu_compilation_enabled."""
+    return _keras_saved_model(spec, batches, workdir, threads, jit_compile=True)
+
+
+def _keras_saved_model_bf16(spec, batches, workdir, threads):
+    """`export_saved_model(precision="bfloat16")`: bfloat16 matmuls, no XLA."""
+    return _keras_saved_model(spec, batches, workdir, threads, precision="bfloat16")
 
 
 def _keras_onnx(spec, batches, workdir, threads, quantization=None):
@@ -337,6 +348,8 @@ PATHS = {
     "keras-predict-on-batch": _keras_predict_on_batch,
     "keras-xla": _keras_xla,
     "keras-saved-model": _keras_saved_model,
+    "keras-saved-model-xla": _keras_saved_model_xla,
+    "keras-saved-model-bf16": _keras_saved_model_bf16,
     "keras-onnx": _keras_onnx,
     "keras-int8": _keras_quantized,
     "keras-int4": _keras_int4,
@@ -347,11 +360,13 @@ PATHS = {
 }
 PEERS = ("timm-eager", "timm-compile", "timm-autocast-bf16", "ort-timm-onnx", "openvino-timm-onnx",
          "openvino-timm-onnx-bf16")
-# The default run: 11 paths + the ceiling = 12 workers, which hold S24 in 24 GB; the other
-# paths (int8, int4, float8, predict_on_batch, XLA) are there for --paths.
+# The default run: 13 paths + the ceiling = 14 workers, which hold S24 in 24 GB; the other
+# paths (int8, int4, float8, predict_on_batch, XLA predict) are there for --paths.
 DEFAULT_PATHS = ("timm-eager", "timm-compile", "timm-autocast-bf16", "ort-timm-onnx", "openvino-timm-onnx",
-                 "openvino-timm-onnx-bf16", "keras-predict", "keras-saved-model", "keras-onnx", "keras-openvino",
-                 "keras-openvino-bf16")
+                 "openvino-timm-onnx-bf16", "keras-predict", "keras-saved-model", "keras-saved-model-xla",
+                 "keras-saved-model-bf16", "keras-onnx", "keras-openvino", "keras-openvino-bf16")
+# The float32 exports, which the SavedModel's speed is measured against.
+FLOAT32_EXPORTS = ("keras-saved-model", "keras-saved-model-xla", "keras-onnx", "keras-openvino")
 # Our path -> the peer on the same runtime and precision: the ratio that shows what the export
 # itself is worth. TensorFlow's paths have no timm counterpart; timm eager is what they replace.
 SAME_RUNTIME = {
@@ -360,6 +375,8 @@ SAME_RUNTIME = {
     "keras-openvino-bf16": "openvino-timm-onnx-bf16",
     "keras-predict": "timm-eager",
     "keras-saved-model": "timm-eager",
+    "keras-saved-model-xla": "timm-eager",
+    "keras-saved-model-bf16": "timm-autocast-bf16",
 }
 # M36/M48 (--big): the paths users take, as few workers as that (each holds 1-2 GB of weights).
 BIG_PATHS = ("timm-eager", "ort-timm-onnx", "keras-predict", "keras-saved-model", "keras-onnx")
@@ -374,6 +391,8 @@ LABELS = {
     "keras-predict-on-batch": "`predict_on_batch`",
     "keras-xla": "`predict_on_batch`, `jit_compile=True`",
     "keras-saved-model": "SavedModel `serving_default`",
+    "keras-saved-model-xla": "SavedModel, `jit_compile=True`",
+    "keras-saved-model-bf16": "SavedModel, bfloat16",
     "keras-onnx": "our ONNX under ORT",
     "keras-int8": "Keras int8 `predict_on_batch`",
     "keras-int4": "Keras int4 `predict_on_batch`",
@@ -504,8 +523,9 @@ def markdown(rows):
                 cells.append(f"{row.get('ratio_to_timm_eager', math.nan):.2f}×")
         lines.append(f"| {variant} bs{batch} | " + " | ".join(cells) + " |")
     lines += ["", "| case | best keras_cait path | images/s | GFLOP/s | matmul ceiling GFLOP/s | % of ceiling "
-              "| best peer | best keras_cait / best peer | SavedModel / best keras_cait |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "| best peer | best keras_cait / best peer | best float32 export | SavedModel / it "
+              "| SavedModel (XLA) / it |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for variant, batch in cases:
         ours = [by[variant, batch, p] for p in paths if p.startswith("keras-") and (variant, batch, p) in by]
         peers = [by[variant, batch, p] for p in paths if p in PEERS and (variant, batch, p) in by]
@@ -513,13 +533,20 @@ def markdown(rows):
             continue
         best = max(ours, key=lambda row: row["images_per_second"])
         peer = max(peers, key=lambda row: row["images_per_second"]) if peers else None
-        saved = by.get((variant, batch, "keras-saved-model"))
+        exports = [by[variant, batch, p] for p in FLOAT32_EXPORTS if (variant, batch, p) in by]
+        export = max(exports, key=lambda row: row["images_per_second"]) if exports else None
+
+        def share(path):
+            row = by.get((variant, batch, path))
+            return f"{row['images_per_second'] / export['images_per_second']:.2f}×" if row and export else "–"
+
         lines.append(
             f"| {variant} bs{batch} | {LABELS.get(best['path'], best['path'])} | {best['images_per_second']:.2f} "
             f"| {best['gflops']:.1f} | {best['ceiling_gflops']:.1f} | {100 * best['fraction_of_ceiling']:.0f} % "
             f"| {LABELS.get(peer['path'], peer['path']) if peer else '–'} "
             f"| {(best['images_per_second'] / peer['images_per_second']) if peer else math.nan:.2f}× "
-            f"| {(saved['images_per_second'] / best['images_per_second']) if saved else math.nan:.2f}× |"
+            f"| {LABELS.get(export['path'], export['path']) if export else '–'} "
+            f"| {share('keras-saved-model')} | {share('keras-saved-model-xla')} |"
         )
     same_runtime = same_runtime_markdown(rows)
     return "\n".join(lines + ["", same_runtime] if same_runtime else lines)
