@@ -88,7 +88,8 @@ def _add_run_arguments(parser, backup_every):
     group.add_argument("--deterministic", action="store_true",
                        help="deterministic TensorFlow ops (slower; exact resumption)")
     group.add_argument("--jit", dest="jit_compile", action=argparse.BooleanOptionalAction,
-                       default=True, help="compile the training step with XLA")
+                       default=True, help="compile the training step with XLA where Keras' jit_compile='auto' "
+                                          "does (not TensorFlow on a machine without GPUs); --no-jit: never")
     group.add_argument("--backup-every", type=int, default=backup_every,
                        help="steps between backups of the whole training state")
     group.add_argument("--cache", action="store_true", help="keep encoded images in memory")

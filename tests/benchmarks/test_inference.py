@@ -13,10 +13,11 @@ REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__f
 MODULE = "benchmarks.inference"
 # torch.compile is left out: minutes of C++ compilation on a 2-core CPU for no extra code path here.
 PATHS = ["timm-eager", "timm-autocast-bf16", "ort-timm-onnx", "openvino-timm-onnx", "openvino-timm-onnx-bf16",
-         "keras-predict", "keras-predict-on-batch", "keras-xla", "keras-saved-model", "keras-onnx",
+         "keras-predict", "keras-predict-on-batch", "keras-xla", "keras-saved-model", "keras-saved-model-xla",
+         "keras-saved-model-bf16", "keras-onnx",
          "keras-openvino", "keras-openvino-bf16", "keras-int8", "keras-int4", "keras-float8"]
 # bfloat16 arithmetic (autocast; OpenVINO where the CPU has bf16): measured up to 1e-2 from float32.
-BFLOAT16 = {"timm-autocast-bf16", "openvino-timm-onnx-bf16", "keras-openvino-bf16"}
+BFLOAT16 = {"timm-autocast-bf16", "openvino-timm-onnx-bf16", "keras-openvino-bf16", "keras-saved-model-bf16"}
 # Keras' quantised models round every Dense input and kernel: near timm, not at float32's 1e-4.
 QUANTIZED = {"keras-int8": 5e-2, "keras-int4": 2e-1, "keras-float8": 2e-1}
 
@@ -53,3 +54,6 @@ def test_smoke_run_times_every_path_on_the_same_model(tmp_path):
     assert "| smoke bs1 |" in done.stdout and "SavedModel `serving_default`" in done.stdout
     assert "our ONNX under ORT / ORT on timm's ONNX" in done.stdout
     assert "OpenVINO (bf16) / OpenVINO (bf16) on timm's ONNX" in done.stdout
+    # Each SavedModel against the fastest float32 export, and the bf16 one against timm's autocast.
+    assert "| best float32 export | SavedModel / it | SavedModel (XLA) / it |" in done.stdout
+    assert "SavedModel, bfloat16 / timm, autocast bf16" in done.stdout

@@ -1,0 +1,35 @@
+"""python -m benchmarks.profile_serving: TensorFlow's profiler on the served signature, OpenVINO's counters."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.large
+
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def profile(*flags, workdir):
+    environment = {**os.environ, "PYTHONPATH": REPOSITORY + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run([sys.executable, "-m", "benchmarks.profile_serving", "--variant", "smoke",
+                           "--calls", "2", "--seconds", "0.5", "--workdir", str(workdir), *flags],
+                          capture_output=True, text=True, env=environment, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def test_the_profiles_name_the_ops_that_ran(tmp_path):
+    float32 = profile("--batch", "2", workdir=tmp_path)
+    # The SavedModel's projections ran as oneDNN's fused MatMul + BiasAdd (+ GELU), in float32.
+    assert "smoke bs2, SavedModel serving_default, float32" in float32
+    assert re.search(r"\| _MklNativeFusedMatMul \| \d+\.\d\d \| \d+ % \| \d+ \|", float32)
+    bfloat16 = profile("--precision", "bfloat16", workdir=tmp_path)
+    assert "SavedModel serving_default, bfloat16" in bfloat16
+    assert "| Cast |" in bfloat16 and "| Cast |" not in float32
+    openvino = profile("--openvino", "f32", workdir=tmp_path)
+    for model in ("ours", "timm"):
+        assert f"smoke bs1, OpenVINO f32, {model}:" in openvino
+    assert openvino.count("| FullyConnected") >= 2
