@@ -87,7 +87,9 @@ def test_evaluate_takes_the_input_size_of_a_keras_model(tiny_cait, digits, tmp_p
 
 def test_jit_flag_help_says_what_the_default_does():
     text = " ".join(runs.finetune_parser().format_help().split())
-    assert "--jit, --no-jit compile the training step with XLA (default: True)" in text
+    # The default is Keras' jit_compile="auto": no XLA for TensorFlow on a CPU-only machine.
+    assert ("--jit, --no-jit compile the training step with XLA where Keras' jit_compile='auto' does "
+            "(not TensorFlow on a machine without GPUs); --no-jit: never (default: True)") in text
 
 
 @pytest.mark.large
