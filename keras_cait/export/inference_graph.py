@@ -228,12 +228,12 @@ class InferenceGraph(tf.Module):
         return tf.nn.softmax(scores) if self.softmax else scores
 
     def _low(self, x):
-        """x in the compute dtype: the input of a matmul."""
-        return tf.cast(x, self.compute_dtype) if x.dtype != self.compute_dtype else x
+        """x in the compute dtype: the input of a matmul (`tf.cast` to its own dtype adds no op)."""
+        return tf.cast(x, self.compute_dtype)
 
     def _float(self, x):
         """x in float32: what the residual stream, LayerNorm and softmax take."""
-        return tf.cast(x, tf.float32) if x.dtype != tf.float32 else x
+        return tf.cast(x, tf.float32)
 
     def _mlp(self, x, weights):
         # The GELU follows its matmul in the compute dtype, so both are one fused op.
