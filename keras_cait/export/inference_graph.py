@@ -48,20 +48,21 @@ from keras_cait.layers import ClassToken, PatchEmbedding, PositionEmbedding
 from keras_cait.model import LAYER_NORM_EPSILON, ClassAttentionBlock, SelfAttentionBlock
 
 
-def folds(model):
-    """Whether `InferenceGraph` can fold `model`: a float32 CaiT classifier as `build_cait` makes it.
+def folds(model, any_policy=False):
+    """Whether `InferenceGraph` can fold `model`: a float32 CaiT classifier as `build_cait` makes it
+    (with `any_policy`, under any dtype policy: what its float32 copy would be).
 
     Anything else (mixed precision, int8, pooled or headless models, LoRA left
     unmerged, other graphs) is exported as the Keras model itself.
     """
     try:
-        _structure(model)
+        _structure(model, any_policy)
     except ValueError:
         return False
     return True
 
 
-def _structure(model):
+def _structure(model, any_policy=False):
     """The layers of a foldable CaiT, by role; a ValueError naming what differs otherwise."""
     layers = {layer.name: layer for layer in model.layers}
     names = [layer.name for layer in model.layers]
@@ -87,7 +88,7 @@ def _structure(model):
     if head.activation not in (keras.activations.softmax, keras.activations.linear):
         raise ValueError(f"{model.name}: the head's activation is neither softmax nor linear")
     for layer in model._flatten_layers(include_self=False):
-        if layer.dtype_policy.name != "float32":
+        if layer.dtype_policy.name != "float32" and not any_policy:
             raise ValueError(f"{layer.name}: dtype policy {layer.dtype_policy.name}, not float32")
         if getattr(layer, "quantization_mode", None) is not None:
             raise ValueError(f"{layer.name}: quantized ({layer.quantization_mode})")

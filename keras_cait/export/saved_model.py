@@ -74,7 +74,8 @@ def export_saved_model(
             (AVX512-BF16, AMX) and GPUs: the matmuls compute in bfloat16, the
             residual stream, LayerNorm and softmax in float32, as under timm's
             autocast; the signatures still take and return float32. Needs a
-            float32 CaiT classifier without `quantization`.
+            CaiT classifier (float32, or trained under a mixed policy) without
+            `quantization`.
         jit_compile: compile the model's forward pass with XLA (the decoding
             and the checks around it stay TensorFlow ops). Faster on a CPU at
             small batches (docs/benchmarks.md), but TF Serving runs it only when

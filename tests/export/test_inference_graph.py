@@ -227,3 +227,28 @@ def test_a_mixed_precision_model_is_not_folded(tiny_cait, policy):
     assert not folds(tiny_cait())
     keras.mixed_precision.set_global_policy("float32")
     assert folds(tiny_cait())
+
+
+@pytest.mark.parametrize("mixed", ["mixed_float16", "mixed_bfloat16"])
+def test_a_mixed_precision_classifier_is_exported_from_its_float32_copy(tiny_cait, policy, mixed):
+    """keras-cait train's default precision is mixed_float16: the CaiT it saves is folded as its
+    float32 copy (its weights are float32 already), so its exports are the fast graph, and its
+    bfloat16 SavedModel is not refused."""
+    from keras_cait.export.core import float32_copy, inference_form
+
+    policy(mixed)
+    model = tiny_cait()
+    keras.mixed_precision.set_global_policy("float32")
+    rng = np.random.RandomState(0)
+    for weight in model.weights:  # every weight random, LayerScale included
+        weight.assign(rng.normal(0, 0.1, weight.shape).astype("float32"))
+    images = rng.uniform(0, 255, (3, TINY_SIZE, TINY_SIZE, 3)).astype("float32")
+    copy = float32_copy(model)
+    assert {layer.dtype_policy.name for layer in copy._flatten_layers()} == {"float32"}
+    expected = copy.predict(images, verbose=0)
+    half = model.predict(images, verbose=0).astype("float32")  # the same model, in half precision
+    assert np.abs(half - expected).max() < 2e-2 * np.abs(expected).max()
+    for precision, tolerance in (("float32", 1e-5), ("bfloat16", 5e-2)):
+        form = inference_form(model, compute_dtype=precision)
+        assert isinstance(form, InferenceGraph), precision
+        np.testing.assert_allclose(form(tf.constant(images)).numpy(), expected, atol=tolerance)
