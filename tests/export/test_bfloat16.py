@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import keras
 import numpy as np
 import pytest
 from tensorflow.core.protobuf import saved_model_pb2
@@ -101,7 +102,12 @@ def test_bfloat16_refuses_what_it_cannot_compute(tmp_path):
         export_saved_model(model, str(tmp_path / "a" / "1"), precision="bfloat16", quantization="int8")
     with pytest.raises(ValueError, match="must be 'float32' or 'bfloat16'"):
         export_saved_model(model, str(tmp_path / "b" / "1"), precision="float16")
-    assert not os.path.exists(tmp_path / "a") and not os.path.exists(tmp_path / "b")
+    # A classifier that is not CaiT's own graph (another head) has no folded form to compute in bf16.
+    features = small_model(seed=5, include_top=False, pooling="token")
+    other = keras.Model(features.input, keras.layers.Dense(3, activation="softmax")(features.output))
+    with pytest.raises(ValueError, match="takes a CaiT classifier as build_cait makes it"):
+        export_saved_model(other, str(tmp_path / "c" / "1"), precision="bfloat16", class_names=list("xyz"))
+    assert not any(os.path.exists(tmp_path / name) for name in "abc")
 
 
 @pytest.mark.parametrize("argv, message", [
