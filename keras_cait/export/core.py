@@ -11,6 +11,7 @@ import tensorflow as tf
 from keras_cait.export.formats import format_of
 from keras_cait.export.inference_graph import InferenceGraph, folds
 from keras_cait.training.lora import merge_lora
+from keras_cait.training.transfer import with_dtype_policy
 
 
 def inference_form(model, runtime="tensorflow", compute_dtype="float32"):
@@ -20,31 +21,13 @@ def inference_form(model, runtime="tensorflow", compute_dtype="float32"):
     its float32 copy: its weights are float32 already, and a CPU server has no use for float16.
     `compute_dtype="bfloat16"` needs the folded graph (`InferenceGraph`'s argument)."""
     if not folds(model) and folds(model, any_policy=True):
-        model = float32_copy(model)
+        model = with_dtype_policy(model, "float32")
     if folds(model):
         return InferenceGraph(model, runtime=runtime, compute_dtype=compute_dtype)
     if compute_dtype != "float32":
         raise ValueError(f"precision={compute_dtype!r} takes a CaiT classifier as build_cait makes it "
                          "(not a quantized, headless or LoRA model); export this model in float32.")
     return functools.partial(model, training=False)
-
-
-def float32_copy(model):
-    """`model` rebuilt with every mixed dtype policy float32, sharing none of its variables but
-    holding the same (float32) weights."""
-
-    def float32(config):
-        if isinstance(config, dict):
-            if config.get("class_name") == "DTypePolicy" and config["config"]["name"].startswith("mixed_"):
-                return {**config, "config": {**config["config"], "name": "float32"}}
-            return {key: float32(value) for key, value in config.items()}
-        if isinstance(config, list):
-            return [float32(value) for value in config]
-        return config
-
-    copy = model.__class__.from_config(float32(model.get_config()))
-    copy.set_weights(model.get_weights())
-    return copy
 
 
 def traced(forward, model):

@@ -109,9 +109,9 @@ def test_evaluate_predict_export_and_serve_the_fine_tuned_model(run):
     served = loaded.signatures["serving_default"](images=tf.constant(pixels))
     # Trained in mixed_float16 (the default), it is served from its float32 copy (the folded graph):
     # equal to that copy's predictions, and to the half-precision model's up to float16's rounding.
-    from keras_cait.export.core import float32_copy
+    from keras_cait.training.transfer import with_dtype_policy
 
-    np.testing.assert_allclose(served["probabilities"].numpy(), float32_copy(model).predict(pixels, verbose=0),
+    np.testing.assert_allclose(served["probabilities"].numpy(), with_dtype_policy(model, "float32").predict(pixels, verbose=0),
                                atol=1e-5)
     np.testing.assert_allclose(served["probabilities"].numpy(), model.predict(pixels, verbose=0), atol=2e-3)
     classes = [[name.decode() for name in row] for row in served["top_k_classes"].numpy()]

@@ -234,7 +234,8 @@ def test_a_mixed_precision_classifier_is_exported_from_its_float32_copy(tiny_cai
     """keras-cait train's default precision is mixed_float16: the CaiT it saves is folded as its
     float32 copy (its weights are float32 already), so its exports are the fast graph, and its
     bfloat16 SavedModel is not refused."""
-    from keras_cait.export.core import float32_copy, inference_form
+    from keras_cait.export.core import inference_form
+    from keras_cait.training.transfer import with_dtype_policy
 
     policy(mixed)
     model = tiny_cait()
@@ -243,7 +244,7 @@ def test_a_mixed_precision_classifier_is_exported_from_its_float32_copy(tiny_cai
     for weight in model.weights:  # every weight random, LayerScale included
         weight.assign(rng.normal(0, 0.1, weight.shape).astype("float32"))
     images = rng.uniform(0, 255, (3, TINY_SIZE, TINY_SIZE, 3)).astype("float32")
-    copy = float32_copy(model)
+    copy = with_dtype_policy(model, "float32")
     assert {layer.dtype_policy.name for layer in copy._flatten_layers()} == {"float32"}
     expected = copy.predict(images, verbose=0)
     half = model.predict(images, verbose=0).astype("float32")  # the same model, in half precision
