@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from keras_cait.training import Augmentation, sources, stream
+from keras_cait.training.recipe import RECIPES
 from tests.training.helpers import NO_AUGMENTATION, digest, stream_images
 
 
@@ -37,6 +38,19 @@ def test_repeated_augmentation_shows_each_chosen_image_three_times(folder):
     counts = collections.Counter(digest(image) for images, _ in batches for image in images)
     assert sum(counts.values()) == 96
     assert list(counts.values()) == [3] * 32  # of ceil(100 / 3) = 34 images × 3, the first 96
+
+
+def test_a_recipe_without_mixup_or_cutmix_still_smooths_the_labels(folder):
+    """DeiT's --smoothing holds whether or not batches are mixed (timm's train.py then smooths in
+    the loss): every label of the stream is (1 - ε) one_hot + ε / K."""
+    smoothing = float(np.random.default_rng(11).uniform(0.05, 0.5))
+    recipe = RECIPES["transfer"].replace(smoothing=smoothing)
+    assert recipe.mixup == recipe.cutmix == 0
+    source = sources.image_folder(folder)
+    _, labels = next(iter(stream.training_stream(source, recipe.augmentation(32, 10), 16, 1, seed=0)))
+    labels = np.sort(labels.numpy(), axis=1)
+    np.testing.assert_allclose(labels[:, :-1], smoothing / 10, rtol=1e-6)
+    np.testing.assert_allclose(labels[:, -1], 1 - smoothing + smoothing / 10, rtol=1e-6)
 
 
 @pytest.mark.large
