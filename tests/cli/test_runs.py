@@ -1,6 +1,7 @@
 """keras_cait.cli.runs (keras-cait train | finetune | evaluate): flags with their defaults, and evaluation numbers."""
 
 import json
+import os
 
 import keras
 import numpy as np
@@ -48,3 +49,57 @@ def test_evaluate_refuses_a_class_count_mismatch(tiny_cait, digits, tmp_path):
     with pytest.raises(UserError, match="predicts 4 classes but .* has 10"):
         runs.evaluate_run(args)
     keras.mixed_precision.set_global_policy("float32")
+
+
+# === Runs of a mean-colour classifier: finetune's and evaluate's own work, in a second or two ===
+
+
+def colour_model(path, classes, kernel=None, bias=None):
+    """Saves a tiny `.keras` classifier of an image's mean colour: a `predictions` head on
+    `avg_pool` features, as a CaiT's (finetune keeps or replaces it, evaluate runs it)."""
+    inputs = keras.Input((32, 32, 3), name="images")
+    features = keras.layers.GlobalAveragePooling2D(name="avg_pool")(keras.layers.Rescaling(1 / 255)(inputs))
+    head = keras.layers.Dense(classes, activation="softmax", name="predictions")
+    model = keras.Model(inputs, head(features))
+    if kernel is not None:
+        head.set_weights([np.asarray(kernel, "float32"), np.asarray(bias, "float32")])
+    model.save(path)
+    return str(path)
+
+
+def write_images(folder, images):
+    """{class: [uint8 (H, W, 3) images]} as PNG files in class subfolders; returns the folder."""
+    from PIL import Image
+
+    for name, pictures in images.items():
+        os.makedirs(folder / name, exist_ok=True)
+        for index, picture in enumerate(pictures):
+            Image.fromarray(picture).save(folder / name / f"{index}.png")
+    return str(folder)
+
+
+def solid(colour, rng, side=32):
+    noise = rng.integers(-10, 11, (side, side, 3))
+    return np.clip(np.asarray(colour) + noise, 0, 255).astype("uint8")
+
+
+FAST_RUN = ["--precision", "float32", "--no-jit", "--verbose", "0", "--val-fraction", "0"]
+
+
+def test_the_head_stage_steps_at_the_recipe_s_head_rate(tmp_path):
+    """Stage 1's AdamW runs at --head-lr × global batch / --lr-batch, not at --lr: its first step moves
+    each bias of the head by that rate (Adam's first step is lr · g / (|g| + ε'))."""
+    rng = np.random.default_rng(8)
+    data = write_images(tmp_path / "data", {"dark": [solid((40, 40, 40), rng) for _ in range(5)],
+                                            "light": [solid((200, 200, 200), rng) for _ in range(3)]})
+    kernel, bias = rng.normal(0, 1, (3, 2)), rng.normal(0, 1, 2)
+    start = colour_model(tmp_path / "start.keras", 2, kernel, bias)
+    batch, lr_batch = int(rng.integers(5, 9)), int(rng.integers(16, 512))  # 8 images: one step
+    head_lr = float(rng.uniform(1e-3, 1e-2))
+    output = tmp_path / "run"
+    runs.main("finetune", ["--model", start, "--data", data, "--output-dir", str(output), "--keep-head",
+                           "--head-epochs", "1", "--epochs", "0", "--batch-size", str(batch),
+                           "--head-lr", str(head_lr), "--lr", str(head_lr * 7), "--lr-batch", str(lr_batch),
+                           *FAST_RUN])
+    trained = keras.saving.load_model(output / "final.keras").get_layer("predictions").bias
+    np.testing.assert_allclose(np.abs(np.asarray(trained) - bias), head_lr * batch / lr_batch, rtol=1e-4)
