@@ -103,3 +103,22 @@ def test_the_head_stage_steps_at_the_recipe_s_head_rate(tmp_path):
                            *FAST_RUN])
     trained = keras.saving.load_model(output / "final.keras").get_layer("predictions").bias
     np.testing.assert_allclose(np.abs(np.asarray(trained) - bias), head_lr * batch / lr_batch, rtol=1e-4)
+
+
+def test_finetune_names_each_class_as_the_label_it_trained_on(tmp_path):
+    """The class names a fine-tuned model carries are in the order of the labels it learnt: after a few
+    steps on three colours it names each colour after its folder (the folders 10, 2 and b, whose order
+    as strings is not their order as numbers)."""
+    rng = np.random.default_rng(9)
+    colours = {"2": (230, 20, 20), "10": (20, 230, 20), "b": (20, 20, 230)}
+    data = write_images(tmp_path / "data", {name: [solid(colour, rng) for _ in range(4)]
+                                            for name, colour in colours.items()})
+    start = colour_model(tmp_path / "start.keras", 5)  # a new head of 3 classes replaces its head
+    output = tmp_path / "run"
+    runs.main("finetune", ["--model", start, "--data", data, "--output-dir", str(output), "--head-epochs", "4",
+                           "--epochs", "0", "--batch-size", "6", "--head-lr", "0.5", "--lr-batch", "6", *FAST_RUN])
+    model = keras.saving.load_model(output / "final.keras")
+    assert sorted(model.class_names) == sorted(colours)
+    images = np.stack([solid(colour, rng) for colour in colours.values()]).astype("float32")
+    predicted = [model.class_names[index] for index in model.predict(images, verbose=0).argmax(axis=1)]
+    assert predicted == list(colours)
