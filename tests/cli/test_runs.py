@@ -9,6 +9,7 @@ import pytest
 
 from keras_cait.cli import runs
 from keras_cait.cli.errors import UserError
+from keras_cait.preprocessing import load_image
 from keras_cait.training import sources, stream
 
 
@@ -122,3 +123,31 @@ def test_finetune_names_each_class_as_the_label_it_trained_on(tmp_path):
     images = np.stack([solid(colour, rng) for colour in colours.values()]).astype("float32")
     predicted = [model.class_names[index] for index in model.predict(images, verbose=0).argmax(axis=1)]
     assert predicted == list(colours)
+
+
+def test_evaluate_crop_pct_reaches_the_evaluation_transform(tmp_path, capsys):
+    """`evaluate --crop-pct` decides what the model sees: a red square in the centre of a blue image is
+    red in a tight centre crop and blue in the whole view (crop_pct 1.0). The top-1 reported is that of
+    `load_image(file, 32, crop_pct)` through the model (scores: blue = mean B, red = mean R)."""
+    rng = np.random.default_rng(10)
+    framed = np.zeros((64, 64, 3), "uint8")
+    framed[..., 2] = 220
+    framed[16:48, 16:48] = (220, 0, 0)
+    data = write_images(tmp_path / "data", {"blue": [solid((0, 0, 220), rng, 64) for _ in range(2)],
+                                            "red": [framed] * 3})
+    path = colour_model(tmp_path / "colour.keras", 2, kernel=[[0, 1], [0, 0], [1, 0]], bias=[0, 0])
+    model = keras.saving.load_model(path)
+
+    files = [(label, os.path.join(data, name, file)) for label, name in enumerate(["blue", "red"])
+             for file in os.listdir(os.path.join(data, name))]
+
+    def top1(crop_pct):
+        images = np.stack([load_image(file, 32, crop_pct) for _, file in files])
+        predicted = keras.ops.convert_to_numpy(model(images)).argmax(axis=1)
+        return np.mean(predicted == [label for label, _ in files])
+
+    crop_pct = float(rng.uniform(0.3, 0.65))
+    assert top1(crop_pct) != top1(1.0)  # the data tell the crops apart
+    runs.main("evaluate", ["--model", path, "--data", data, "--crop-pct", f"{crop_pct}", "--batch-size", "5"])
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["top1"] == pytest.approx(top1(crop_pct))
