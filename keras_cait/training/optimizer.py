@@ -42,7 +42,7 @@ def adamw(
     beta_1=DEIT.opt_betas[0],
     beta_2=DEIT.opt_betas[1],
     epsilon=EPSILON,
-    clipnorm=None,
+    global_clipnorm=None,
     use_ema=False,
     ema_momentum=EMA_MOMENTUM,
 ):
@@ -59,7 +59,10 @@ def adamw(
         weight_decay: DeiT's 0.05.
         beta_1, beta_2: Adam's moment decay rates (PyTorch's defaults, as DeiT).
         epsilon: DeiT's 1e-8.
-        clipnorm: optional gradient clipping norm (DeiT: none).
+        global_clipnorm: optional clip of the gradients' norm taken over all
+            variables together, each gradient scaled by the same factor (timm's
+            `--clip-grad`, `torch.nn.utils.clip_grad_norm_`; DeiT: none). Keras'
+            `clipnorm` would clip each variable's gradient on its own.
         use_ema: keep an exponential moving average of the weights (DeiT's
             `--model-ema`); `model.fit` copies the average into the model when
             training ends.
@@ -81,7 +84,7 @@ def adamw(
         beta_1=beta_1,
         beta_2=beta_2,
         epsilon=epsilon,
-        clipnorm=clipnorm,
+        global_clipnorm=global_clipnorm,
         use_ema=use_ema,
         ema_momentum=ema_momentum,
     )

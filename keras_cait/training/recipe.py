@@ -52,7 +52,8 @@ class Recipe:
                                      "cls_token)", "optimizer (AdamW)", low=0.0)
     opt_betas: tuple = knob((0.9, 0.999), "AdamW's beta_1 and beta_2", "optimizer (AdamW)", low=0.0, high=1.0)
     opt_eps: float = knob(1e-8, "AdamW's epsilon (Keras' own default is 1e-7)", "optimizer (AdamW)", low=0.0)
-    clip_grad: float = knob(None, "gradient norm clipping (off when not given)", "optimizer (AdamW)", low=0.0)
+    clip_grad: float = knob(None, "clip the norm of all gradients taken together (timm's clip_grad_norm_); off "
+                                  "when not given", "optimizer (AdamW)", low=0.0)
     # Schedule: DeiT --sched cosine --warmup-epochs 5 --warmup-lr 1e-6 --min-lr 1e-5; CaiT 400 epochs.
     epochs: int = knob(400, "training epochs (after the head epochs)", "schedule", low=0)
     warmup_epochs: float = knob(5.0, "linear warmup epochs", "schedule", low=0.0)
@@ -133,7 +134,7 @@ class Recipe:
 
         beta_1, beta_2 = self.opt_betas
         return adamw(model, self.learning_rate(global_batch, steps_per_epoch, head), weight_decay=self.weight_decay,
-                     beta_1=beta_1, beta_2=beta_2, epsilon=self.opt_eps, clipnorm=self.clip_grad,
+                     beta_1=beta_1, beta_2=beta_2, epsilon=self.opt_eps, global_clipnorm=self.clip_grad,
                      use_ema=self.model_ema, ema_momentum=self.model_ema_decay)
 
     def augmentation(self, image_size, num_classes):

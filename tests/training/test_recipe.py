@@ -42,7 +42,7 @@ def test_the_optimizer_a_recipe_builds_has_every_knob(name):
     model = build_cait(**TINY_CAIT, input_shape=(32, 32, 3), classes=3)
     global_batch, steps = int(rng.integers(8, 100)), 7
     optimizer = recipe.optimizer(model, global_batch, steps)
-    assert (optimizer.weight_decay, optimizer.epsilon, optimizer.beta_1, optimizer.beta_2, optimizer.clipnorm,
+    assert (optimizer.weight_decay, optimizer.epsilon, optimizer.beta_1, optimizer.beta_2, optimizer.global_clipnorm,
             optimizer.use_ema) == (recipe.weight_decay, recipe.opt_eps, *recipe.opt_betas, recipe.clip_grad,
                                    recipe.model_ema)
     if recipe.model_ema:
@@ -102,3 +102,48 @@ def test_the_demo_trains_with_its_recipe():
     demo._compile(model, RECIPES["demo"], steps_per_epoch=10)
     assert isinstance(model.optimizer, keras.optimizers.AdamW)
     assert float(model.optimizer.learning_rate) == pytest.approx(RECIPES["demo"].warmup_lr, rel=1e-4)
+
+
+def test_clip_grad_clips_the_global_norm_as_timm_does():
+    """--clip-grad is timm's: torch.nn.utils.clip_grad_norm_ scales every gradient by one factor, that
+    of their norm taken together, before the step. The recipe's AdamW, fed the random gradients that
+    torch's AdamW (with DeiT's decay groups) steps on after clip_grad_norm_, ends at the same weights
+    (the knobs random but ε: Keras adds it to √v before the bias correction, torch after, which the
+    gradients of 1e-5 here would show; tensors of very different norms, steps above and below the clip)."""
+    import torch
+
+    from keras_cait.training import weight_decay_exclusions
+
+    rng = np.random.default_rng(13)
+    steps = 5
+    recipe = RECIPES["transfer"].replace(
+        clip_grad=float(rng.uniform(0.5, 2)), lr=float(rng.uniform(1e-3, 1e-2)), lr_batch=8, epochs=1,
+        weight_decay=float(rng.uniform(0, 0.1)), opt_eps=0.0,
+        opt_betas=(float(rng.uniform(0.8, 0.9)), float(rng.uniform(0.95, 0.999))))
+    model = build_cait(embed_dim=16, depth=1, num_heads=2, init_values=0.1, input_shape=(32, 32, 3), classes=3)
+    variables = model.trainable_variables
+    optimizer = recipe.optimizer(model, 8, steps)
+    excluded = {id(variable) for variable in weight_decay_exclusions(model)}
+    parameters = [torch.nn.Parameter(torch.tensor(np.array(variable))) for variable in variables]
+    reference = torch.optim.AdamW(
+        [{"params": [p for p, v in zip(parameters, variables) if id(v) not in excluded]},
+         {"params": [p for p, v in zip(parameters, variables) if id(v) in excluded], "weight_decay": 0.0}],
+        lr=recipe.lr, betas=recipe.opt_betas, eps=recipe.opt_eps, weight_decay=recipe.weight_decay)
+    schedule = recipe.learning_rate(8, steps)
+    norms = []
+    for step, times_the_clip in enumerate(rng.permutation(np.geomspace(0.3, 3, steps))):
+        # Each tensor its own scale (1e-3 to 1), the whole set at 0.3 to 3 times the clip.
+        gradients = [rng.normal(size=v.shape) * 10 ** rng.uniform(-3, 0) for v in variables]
+        total = np.sqrt(sum(np.sum(g**2) for g in gradients))
+        gradients = [(g * recipe.clip_grad * times_the_clip / total).astype("float32") for g in gradients]
+        for parameter, gradient in zip(parameters, gradients):
+            parameter.grad = torch.tensor(gradient)
+        norms.append(float(torch.nn.utils.clip_grad_norm_(parameters, recipe.clip_grad)))
+        for group in reference.param_groups:
+            group["lr"] = float(schedule(step))
+        reference.step()
+        optimizer.apply([keras.ops.convert_to_tensor(g) for g in gradients], variables)
+    assert min(norms) < recipe.clip_grad < max(norms)
+    for variable, parameter in zip(variables, parameters):
+        np.testing.assert_allclose(np.array(variable), parameter.detach().numpy(), rtol=1e-5, atol=1e-7,
+                                   err_msg=variable.path)
