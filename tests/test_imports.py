@@ -49,3 +49,28 @@ def test_no_private_keras_or_tensorflow_import(path):
     imported += [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
     private = [name for name in imported if name.startswith(("keras.src", "tensorflow.python", "keras_hub.src"))]
     assert private == [], f"{path.name} imports private APIs {private}; use keras.* / tf.* / keras_hub.* public APIs"
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "cli").glob("*.py")), ids=lambda p: p.name)
+def test_the_command_line_uses_only_public_names_of_the_library(path):
+    """keras_cait/cli/ is an application of the library: it imports no `_name` of keras_cait outside
+    cli/ and reads no `module._name` of one it imported."""
+    tree = ast.parse(path.read_text())
+    library = {}  # local name -> module of keras_cait outside cli/
+    private = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("keras_cait") \
+                and not node.module.startswith("keras_cait.cli"):
+            for alias in node.names:
+                if alias.name.startswith("_"):
+                    private.append(f"from {node.module} import {alias.name}")
+                library[alias.asname or alias.name] = node.module
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("keras_cait") and not alias.name.startswith("keras_cait.cli"):
+                    library[(alias.asname or alias.name).split(".")[0]] = alias.name
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in library \
+                and node.attr.startswith("_") and not node.attr.startswith("__"):
+            private.append(f"{node.value.id}.{node.attr}")
+    assert private == [], f"keras_cait/cli/{path.name} uses private names of the library: {private}"

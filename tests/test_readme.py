@@ -144,3 +144,17 @@ def test_recipes_and_lora_blocks_of_the_training_guide(tmp_path):
               "assert ran == training.RECIPES['transfer'] and augmentation.repeats == 3\n"
               "assert not any('lora' in w.path for w in served.weights)\n")
     run(prelude + recipes + lora + checks, cwd=tmp_path)
+
+
+def test_the_python_run_snippet_runs_as_written_and_resumes_as_the_command_would(tmp_path):
+    folder = image_folder(tmp_path / "flowers")
+    code = readme_python_block("## A whole run in Python", "docs/training.md")
+    code = substitute(code, r'run\.finetune\("XXS24", ', 'run.finetune("XXS24", weights=None, image_size=32, data=')
+    code = substitute(code, r'"flowers/", "runs/flowers"', f'{str(folder)!r}, output_dir="runs/flowers"')
+    code = substitute(code, r'RECIPES\["transfer"\]', 'RECIPES["transfer"].replace(head_epochs=1, epochs=1, batch_size=4)')
+    code = substitute(code, r'"flowers/"\)', f'{str(folder)!r})')
+    done = run(code, cwd=tmp_path)
+    assert "['daisy', 'roses']" in done.stdout or "('daisy', 'roses')" in done.stdout, done.stdout[-800:]
+    assert '"top1"' in done.stdout or "'top1'" in done.stdout
+    again = run(code, cwd=tmp_path)  # the same call again: the finished run trains nothing
+    assert "finished earlier with the same settings" in again.stdout

@@ -157,12 +157,6 @@ def build_model(init, start, classes=10):
     return model
 
 
-def _compile(model, recipe, steps_per_epoch):
-    """The recipe's AdamW (no decay on norms, biases, LayerScale, embeddings) and warmup-cosine."""
-    model.compile(optimizer=recipe.optimizer(model, recipe.batch_size, steps_per_epoch),
-                  loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-
-
 def _write_text(path, text):
     with open(path, "w", encoding="utf-8") as file:
         file.write(text)
@@ -254,13 +248,17 @@ def run(out="keras_cait_demo", init="auto", small=False, epochs=None):
 
     import keras
 
+    from keras_cait.training import run
+
     keras.utils.set_random_seed(SEED)
     (train_x, train_y), (val_x, val_y), (held_x, held_y) = split(*load_digits_images(start.side))
     print(f"digits: {len(train_x)} to train on, {len(val_x)} to validate, {len(held_x)} held out.")
     model = build_model(init, start)
-    _compile(model, recipe, steps_per_epoch=-(-len(train_x) // recipe.batch_size))
+    # Compiled as keras_cait.training.run compiles a run: the recipe's AdamW and schedule.
+    run.compile_for(model, recipe, recipe.batch_size, steps_per_epoch=-(-len(train_x) // recipe.batch_size))
     history = model.fit(
-        train_x, train_y, validation_data=(val_x, val_y),
+        train_x, keras.utils.to_categorical(train_y, 10),
+        validation_data=(val_x, keras.utils.to_categorical(val_y, 10)),
         epochs=recipe.epochs, batch_size=recipe.batch_size, verbose=1,
     )
     val_accuracy = float(history.history["val_accuracy"][-1])

@@ -59,12 +59,20 @@ def usage(message):
     return UserError(message, USAGE)
 
 
-def flag_syntax(message):
-    """`weights='PATH'` / `weights=None` in a library message -> `--weights PATH` / `--weights none`
-    (and the same for `quantization`); `overwrite=True (keras-cait export --overwrite)` -> `--overwrite`."""
-    message = re.sub(r"\b(weights|quantization)='([^']*)'", r"--\1 \2", message)
+def flag_syntax(message, names=("weights", "quantization")):
+    """A library's keyword arguments in a message as the command line's flags: `weights='PATH'` /
+    `weights=None` / `batch_size=64` -> `--weights PATH` / `--weights none` / `--batch-size 64`
+    for each of `names`; `overwrite=True (keras-cait export --overwrite)` -> `--overwrite`."""
     message = re.sub(r"\boverwrite=True \(keras-cait \w+ (--overwrite)\)", r"\1", message)
-    return re.sub(r"\b(weights|quantization)=None\b", r"--\1 none", message)
+    if not names:
+        return message
+    named = "|".join(map(re.escape, sorted(names, key=len, reverse=True)))
+
+    def flag(match):
+        value = match.group(3) if match.group(3) is not None else match.group(4)
+        return f"--{match.group(1).replace('_', '-')} {'none' if value == 'None' else value}"
+
+    return re.sub(rf"(?<![\w.-])({named})=('([^']*)'|([^\s,;:)']+))", flag, message)
 
 
 def one_line(message):

@@ -1,43 +1,39 @@
-"""`keras-cait train | finetune | evaluate`: the runs built from `keras_cait.training`.
+"""`keras-cait train | finetune | evaluate`: the flags of `keras_cait.training.run`'s runs.
 
-Each `*_parser()` lists the flags with their defaults and sources; each
-`*_run(args)` does the work with the pieces of `keras_cait.training`;
-`check_arguments(command, args)` refuses what cannot work before any data are
-read or model built; `main(command, argv)` parses, checks and runs one, keeping
-the error contract of `keras_cait.cli.errors`. From a checkout without the console
-script, `python -m keras_cait.cli train | finetune | evaluate` runs the same commands.
+Each `*_parser()` lists the flags with their defaults and sources; each `*_run(args)`
+calls the library's run (`run.train`, `run.finetune`, `run.evaluate`) with the flags'
+values, so the command and a Python call are the same run; `check_arguments(command,
+args)` refuses what only the command line can get wrong (a flag's syntax, a file a flag
+names, an output folder that cannot be written) before any data are read or model built;
+`main(command, argv)` parses, checks and runs one, and `_as_flags` turns the library's
+errors into the contract's one line (`keras_cait.cli.errors`). From a checkout without
+the console script, `python -m keras_cait.cli train | finetune | evaluate` runs the same commands.
 """
 
 import argparse
 import contextlib
 import dataclasses
+import functools
+import inspect
 import json
 import os
 
-import keras
-
-from keras_cait.atomic import written_atomically
-from keras_cait.model import CaiTModel, build_cait
 from keras_cait.cli.errors import (
     Parser,
     add_debug_flag,
     check_range,
     check_writable_folder,
     fail,
-    load_keras_model,
+    flag_syntax,
     named_bad_images,
     reported,
     usage,
-    user_input,
     weights_errors,
 )
-from keras_cait.training import distribute, lora, resume, sources, stream, transfer
+from keras_cait.training import distribute, resume, run, sources
 from keras_cait.training import recipe as recipes
-from keras_cait.training.callbacks import run_callbacks, save_model
-from keras_cait.training.distillation import Distiller
-from keras_cait.variants import cait, parse_model_name
+from keras_cait.variants import parse_model_name
 
-PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 # Each command's recipe when --recipe is not given.
 DEFAULT_RECIPES = {"train": "deit", "finetune": "transfer"}
 # Knobs of a fine-tuning run's head stage: `train` has none.
@@ -79,7 +75,7 @@ def _add_run_arguments(parser, backup_every):
     group.add_argument("--output-dir", required=True,
                        help="best.keras, final.keras, TensorBoard logs/ and backup/ go here; "
                             "rerunning the same command resumes a killed run")
-    group.add_argument("--precision", choices=PRECISIONS, default="mixed_float16",
+    group.add_argument("--precision", choices=run.PRECISIONS, default="mixed_float16",
                        help="Keras dtype policy (DeiT trains with AMP float16)")
     group.add_argument("--strategy", choices=distribute.STRATEGIES, default="none",
                        help="none, mirrored (GPUs of this host), multiworker (hosts, TF_CONFIG), "
@@ -201,17 +197,8 @@ def evaluate_parser():
                         help="for a variant: imagenet or a weights file")
     _add_data_arguments(parser, train=False, model_file=True)
     parser.add_argument("--batch-size", type=int, default=64, help="evaluation batch size")
-    parser.add_argument("--precision", choices=PRECISIONS, default="float32", help="dtype policy")
+    parser.add_argument("--precision", choices=run.PRECISIONS, default="float32", help="dtype policy")
     return parser
-
-
-def _configure(args):
-    keras.utils.set_random_seed(args.seed)
-    if getattr(args, "deterministic", False):
-        import tensorflow as tf
-
-        tf.config.experimental.enable_op_determinism()
-    keras.mixed_precision.set_global_policy(args.precision)
 
 
 # === Checks made before any data are read or model built ===
@@ -219,8 +206,9 @@ def _configure(args):
 
 def check_arguments(command, args):
     """Refuses flags that cannot work, alone or together, and outputs that cannot be written
-    (a `usage` or `fail` error naming the flag), before the run reads data or builds a model."""
-    check_range("--batch-size", args.batch_size, 1, example=64)
+    (a `usage` or `fail` error naming the flag), before the run reads data or builds a model.
+    What the recipe and the run decide themselves (a knob's range, a warmup longer than the
+    run, distillation without a teacher) they refuse before they read data too."""
     check_range("--crop-pct", args.crop_pct, 0.01, 1.0, example=1.0)
     _check_model(args)
     _check_image_size(args)
@@ -230,27 +218,13 @@ def check_arguments(command, args):
         raise fail(f"--class-names {args.class_names}: no such file; give a text file with one "
                    "class name per line.")
     if command == "evaluate":
+        check_range("--batch-size", args.batch_size, 1, example=64)
         return
-    check_range("--epochs", args.epochs, 1 if command == "train" else 0, example=10)
     check_range("--backup-every", args.backup_every, 1, example=1000)
     check_range("--shuffle-buffer", args.shuffle_buffer, 1, example=10000)
-    for field in dataclasses.fields(recipes.Recipe):
-        value = getattr(args, field.name, None)
-        problem = recipes.out_of_range(field, value,
-                                       example=getattr(recipes.RECIPES[args.recipe], field.name) or None)
-        if problem:
-            raise usage(f"{recipes.flag(field.name)} {recipes.shown(value)}: {problem}.")
-    _check_distillation_flags(args)
     if command == "finetune":
         check_range("--val-fraction", args.val_fraction, 0.0, 0.99, example=0.1)
         check_range("--lora-rank", args.lora_rank, 0, example=8)
-        if args.epochs == 0 and args.head_epochs == 0:
-            raise usage("--epochs 0 and --head-epochs 0: nothing to train; give --epochs or "
-                        "--head-epochs of at least 1.")
-    if args.epochs and not 0 <= args.warmup_epochs < args.epochs:
-        raise usage(f"--warmup-epochs {args.warmup_epochs:g} with --epochs {args.epochs}: the "
-                    f"warmup must be shorter than the run; give --epochs {int(args.warmup_epochs) + 1} "
-                    "or more, or a shorter --warmup-epochs.")
     check_writable_folder("--output-dir", args.output_dir)
 
 
@@ -310,27 +284,6 @@ def _check_data(flag, spec, class_names):
                    f"{os.path.join(spec, 'cat', '1.jpg')}), tfrecord:PATTERN or tfds:NAME:SPLIT.")
 
 
-def _check_distillation_flags(args):
-    if args.distillation_type == "none" and args.teacher:
-        raise usage(f"--teacher {args.teacher} is given but --distillation-type is none; add "
-                    "--distillation-type hard (the paper's) or soft.")
-    if args.distillation_type != "none" and not args.teacher:
-        raise usage(f"--distillation-type {args.distillation_type} needs a teacher: --teacher "
-                    "PATH.keras or a keras.applications name, e.g. RegNetY160.")
-    if args.teacher and args.teacher.endswith(".keras") and not os.path.isfile(args.teacher):
-        raise fail(f"--teacher {args.teacher}: no such file; give a .keras model or a "
-                   "keras.applications name, e.g. RegNetY160.")
-
-
-def _check_batch(args, train, global_batch):
-    """The batch fits the data: checked once the data are listed, before a model is built."""
-    if global_batch > train.num_examples:
-        raise usage(f"--batch-size {args.batch_size} (global batch {global_batch}) is larger than "
-                    f"the {train.num_examples} training images of --data {args.data}; give "
-                    f"--batch-size {max(1, train.num_examples // max(1, global_batch // args.batch_size))} "
-                    "or less, or more images.")
-
-
 def _class_names(args):
     if not args.class_names:
         return None
@@ -338,416 +291,90 @@ def _class_names(args):
         return [line.strip() for line in file if line.strip()]
 
 
-def _sources(args):
-    class_names = _class_names(args)
-    with user_input(f"--data {args.data}", ValueError, ImportError, FileNotFoundError):
-        train = sources.source(args.data, class_names, args.tfds_dir)
-    if args.val_data:
-        with user_input(f"--val-data {args.val_data}", ValueError, ImportError, FileNotFoundError):
-            return train, sources.source(args.val_data, class_names, args.tfds_dir)
-    if getattr(args, "val_fraction", 0):
-        with user_input(f"--val-fraction {args.val_fraction}", ValueError):
-            return sources.split(train, args.val_fraction, seed=args.seed)
-    return train, None
+def _arguments(function, args, **given):
+    """The keyword arguments of the library's run `function` that the parsed flags give."""
+    names = inspect.signature(function).parameters
+    values = {name: value for name, value in vars(args).items() if name in names}
+    values.update(given, class_names=_class_names(args))
+    if isinstance(values.get("model"), str) and values["model"].lstrip().startswith("{"):
+        values["model"] = json.loads(values["model"])
+    return values
 
 
-def _metrics(num_classes):
-    metrics = [keras.metrics.CategoricalAccuracy(name="accuracy")]
-    if num_classes > 5:
-        metrics.append(keras.metrics.TopKCategoricalAccuracy(5, name="top5"))
-    return metrics
+@contextlib.contextmanager
+def _reading_images(args):
+    """A decode failure while a run reads --data or --val-data names the files (see named_bad_images)."""
+    def opened(spec):
+        return lambda: sources.source(spec, _class_names(args), args.tfds_dir)
+
+    validation = [(f"--val-data {args.val_data}", opened(args.val_data))] if getattr(args, "val_data", None) else []
+    with named_bad_images(f"--data {args.data}", opened(args.data), *validation):
+        yield
 
 
-def _output_dir(args, distribution):
-    # Every worker saves (Keras' multi-worker rule); only the chief's files are the run's.
-    if distribution.is_chief:
-        return args.output_dir
-    return os.path.join(args.output_dir, "workers", str(distribution.worker_index))
+def _as_flags(command_run):
+    """`command_run` with the library's errors as the contract's one line, in flags: the
+    one place where `data='photos'` becomes `--data photos`."""
+
+    @functools.wraps(command_run)
+    def mapped(args):
+        with _flags():
+            return command_run(args)
+
+    return mapped
 
 
-def _compile(model, args, recipe, global_batch, steps, head=False):
-    """`model` compiled with the recipe's AdamW and schedule (the head stage's with `head`)."""
-    model.compile(
-        optimizer=recipe.optimizer(model, global_batch, steps, head=head),
-        # Weighted: rows of sample weight 0 fill up a last, partial batch across hosts (distribute).
-        loss=keras.losses.CategoricalCrossentropy(reduction="mean_with_sample_weight"),
-        weighted_metrics=_metrics(getattr(model, "student", model).output_shape[-1]),
-        jit_compile="auto" if args.jit_compile else False,
-    )
+@contextlib.contextmanager
+def _flags():
+    try:
+        yield
+    except recipes.RecipeError as error:
+        raise usage(f"{recipes.flag(error.knob)} {recipes.shown(error.value)}: {error.problem}.") from error
+    except run.RunError as error:
+        if error.argument == "weights" and error.__cause__ is not None:
+            with weights_errors(error.value):
+                raise error.__cause__ from None
+        line = flag_syntax(str(error), _ARGUMENTS)
+        raise (usage(line) if error.usage else fail(line)) from error
+    except resume.BackupError as error:
+        raise fail(flag_syntax(str(error), _ARGUMENTS)) from error
 
 
-def _teacher(args, num_classes):
-    """The frozen teacher of `--teacher`, or None without distillation."""
-    _check_distillation_flags(args)
-    if args.distillation_type == "none":
-        return None
-    if args.teacher.endswith(".keras"):
-        teacher = load_keras_model(args.teacher)
-    elif hasattr(keras.applications, args.teacher):
-        teacher = getattr(keras.applications, args.teacher)(weights="imagenet")
-    else:
-        raise fail(f"--teacher {args.teacher}: neither a .keras file nor a "
-                   "keras.applications model; e.g. RegNetY160 or teacher.keras.")
-    if teacher.output_shape[-1] != num_classes:
-        raise fail(f"--teacher {args.teacher} predicts {teacher.output_shape[-1]} "
-                   f"classes but the data has {num_classes}; give a teacher "
-                   "trained on the same classes.")
-    return teacher
+# The arguments of the library's runs, which their messages name as Python writes them.
+_ARGUMENTS = sorted({name for function in (run.train, run.finetune, run.evaluate)
+                     for name in inspect.signature(function).parameters} | set(recipes.knobs()))
 
 
-def _fitted(model, recipe, teacher):
-    """What `fit` trains: the model, or a `Distiller` of it from the teacher."""
-    if teacher is None:
-        return model
-    # A softmax head gives probabilities; anything else is taken as logits.
-    softmax = getattr(teacher.layers[-1], "activation", None) is keras.activations.softmax
-    return Distiller(model, teacher, recipe.distillation_type, recipe.distillation_alpha,
-                     recipe.distillation_tau, teacher_from_logits=not softmax)
+def parse_arguments(command, argv):
+    """`argv` parsed by the command's parser; for train and finetune built with the defaults of the
+    `--recipe` that `argv` names, so that every flag typed wins over the recipe."""
+    parser = COMMANDS[command][0]
+    if command in DEFAULT_RECIPES:
+        return parser(_recipe_named(argv, command)).parse_args(argv)
+    return parser().parse_args(argv)
 
 
-def _data_plan(args, train):
-    """What a rerun in the same --output-dir must share with the run it resumes, besides the schedule."""
-    data = args.data if ":" in args.data else os.path.abspath(args.data)  # tfrecord:, tfds: as given
-    return {"data": data, "classes": train.num_classes, "image size": args.image_size}
-
-
-def _train(model, args, recipe, train, validation, distribution, epochs, output_dir, backup_name, seed):
-    """One resumable `fit` of `epochs` epochs; returns its History (None if already done)."""
-    global_batch = distribution.global_batch_size(recipe.batch_size)
-    steps = stream.steps_per_epoch(train, global_batch)
-    with user_input(None, ImportError):  # TensorBoard, an extra
-        callbacks, backup = run_callbacks(
-            output_dir,
-            os.path.join(output_dir, "backup", backup_name),
-            args.backup_every,
-            monitor="val_accuracy" if validation else "loss",
-            stage=backup_name,
-        )
-    augmentation = recipe.augmentation(args.image_size, train.num_classes)
-
-    def stream_from(step):
-        return stream.training_stream(
-            train, augmentation, global_batch, epochs, seed=seed, start_step=step,
-            shuffle_buffer=args.shuffle_buffer, cache=args.cache,
-        )
-
-    validation_flag = f"--val-data {args.val_data}" if args.val_data else f"--data {args.data}"
-    with user_input(None, resume.BackupError), named_bad_images(  # a damaged backup; bad images
-            f"--data {args.data}", train, (validation_flag, lambda: _sources(args)[1])):
-        history = resume.fit(
-            model, stream_from, epochs, steps, backup=backup, callbacks=callbacks,
-            validation_data=validation, verbose=args.verbose,
-            plan={**_data_plan(args, train), "global batch size": global_batch},
-        )
-    with contextlib.suppress(OSError):  # the backups' folder, once no run needs it
-        os.rmdir(os.path.dirname(backup.backup_dir))
-    return history
-
-
-def _validation(args, validation, global_batch):
-    if validation is None:
-        return None
-    return stream.evaluation_dataset(
-        validation, args.image_size, global_batch, args.crop_pct, one_hot=True, cache=True
-    )
-
-
-def _new_model(args, recipe, classes):
-    shape = dict(input_shape=(args.image_size, args.image_size, 3), classes=classes,
-                 drop_path_rate=recipe.drop_path)
-    if args.model.lstrip().startswith("{"):
-        with user_input(f"--model {args.model}", ValueError, TypeError):
-            return build_cait(**json.loads(args.model), **shape)
-    return cait(args.model, weights=None, **shape)
-
-
-def _distribution(args):
-    with user_input(f"--strategy {args.strategy}", ValueError):
-        return distribute.distribution(args.strategy)
-
-
-def _announce(distribution, recipe, global_batch, steps, peak):
-    print(
-        f"{distribution.name}: {distribution.replicas} replica(s), global batch {global_batch} "
-        f"({recipe.batch_size} per replica), {steps} steps per epoch, peak learning rate {peak:.3g}",
-        flush=True,
-    )
-
-
-# Flags that change how a run goes, not what it trains: a rerun may change them.
-_NOT_SETTINGS = ("run", "debug", "verbose", "output_dir", "backup_every", "cache", "jit_compile",
-                 "deterministic", "strategy", "recipe")
-
-
-def _settings(args, train, global_batch):
-    """What a rerun in the same --output-dir must share with the run it resumes or repeats, besides
-    the recipe (recipe.json): the data, the model, the precision, the seed and the global batch."""
-    settings = {}
-    for name, value in sorted(vars(args).items()):
-        if name in _NOT_SETTINGS or name in recipes.knobs():
-            continue
-        if name in ("data", "val_data", "model", "teacher", "class_names") and value and ":" not in value \
-                and os.path.exists(value):
-            value = os.path.abspath(value)
-        settings["--" + name.replace("_", "-")] = value
-    return {**settings, "classes": list(train.class_names), "global batch size": global_batch}
-
-
-def _run_record(command, args, recipe, train, global_batch, output_dir):
-    """run.json and recipe.json of the run in `output_dir`: a rerun with another setting or knob is
-    refused, naming it."""
-    with user_input(None, resume.BackupError):
-        return resume.RunRecord.open(output_dir, command, _settings(args, train, global_batch),
-                                     recipe=recipe, recipe_name=args.recipe)
-
-
-def _finished_earlier(output_dir):
-    """A rerun of a run that finished: nothing is trained and nothing is written."""
-    print(f"{output_dir} holds this run, finished earlier with the same settings: nothing to train. "
-          "Give another --output-dir (or delete this one) to train again.", flush=True)
-    _summary(output_dir)
-    return load_keras_model(os.path.join(output_dir, "final.keras"))
-
-
-def _summary(output_dir):
-    """Where the files went, the best validation accuracy, and what to run next."""
-    import shlex
-
-    from keras_cait.training.callbacks import best_record_path
-
-    files = {
-        "best.keras": "the model of the best epoch (below)",
-        "final.keras": "the model at the end",
-        "ema.keras": "the moving average of the weights",
-        "head.weights.h5": "the model after its head-only stage",
-        "recipe.json": "the training recipe of the run, every knob (Recipe.load reads it)",
-        "run.json": "the other settings of the run and the stages it finished",
-        "logs": "TensorBoard logs (tensorboard --logdir " + shlex.quote(os.path.join(output_dir, "logs")) + ")",
-    }
-    print(f"\nDone. In {output_dir}:")
-    for name, what in files.items():
-        if os.path.exists(os.path.join(output_dir, name)):
-            print(f"  {name:<16} {what}")
-    best_path = os.path.join(output_dir, "best.keras")
-    with contextlib.suppress(OSError, ValueError, KeyError):
-        with open(best_record_path(best_path)) as file:
-            best = json.load(file)
-        stage = {"head": " of the head-only stage", "full": " of the whole-network stage",
-                 "lora": " of the LoRA stage"}.get(best.get("stage"), "")
-        name = {"val_accuracy": "validation accuracy", "loss": "training loss (no validation data)"}.get(
-            best["monitor"], best["monitor"])
-        value = f"{best['value']:.2%}" if best["monitor"].endswith("accuracy") else f"{best['value']:.4g}"
-        print(f"Best {name}: {value} at epoch {best['epoch']}{stage} (best.keras).")
-    model = shlex.quote(best_path)
-    serving = shlex.quote(os.path.join("serving", os.path.basename(os.path.abspath(output_dir)), "1"))
-    print("Next:")
-    print(f"  keras-cait predict IMAGE... --model {model}")
-    print(f"  keras-cait evaluate --model {model} --data TEST_FOLDER")
-    print(f"  keras-cait export {serving} --model {model}    (TF Serving; or a .onnx, .tflite, .xml file)",
-          flush=True)
-
-
+@_as_flags
 def train_run(args):
-    """Trains `args.model` from scratch; writes best.keras, final.keras (and ema.keras)."""
-    recipe = recipe_of(args)
-    _configure(args)
-    distribution = _distribution(args)
-    train, validation = _sources(args)
-    global_batch = distribution.global_batch_size(recipe.batch_size)
-    _check_batch(args, train, global_batch)
-    steps = stream.steps_per_epoch(train, global_batch)
-    output_dir = _output_dir(args, distribution)
-    record = _run_record("train", args, recipe, train, global_batch, output_dir)
-    if record.finished("train"):
-        return _finished_earlier(output_dir)
-    with distribution.scope():
-        model = _new_model(args, recipe, train.num_classes)
-        model.class_names = train.class_names
-        fitted = _fitted(model, recipe, _teacher(args, train.num_classes))
-        _compile(fitted, args, recipe, global_batch, steps)
-    _announce(distribution, recipe, global_batch, steps, recipe.peak_lr(global_batch))
-    _train(fitted, args, recipe, train, _validation(args, validation, global_batch), distribution,
-           recipe.epochs, output_dir, "train", args.seed)
-    save_model(model, os.path.join(output_dir, "final.keras"))
-    record.finish("train")
-    if distribution.is_chief:
-        _summary(output_dir)
-    return model
+    """`keras-cait train`: `keras_cait.training.run.train` with the flags' values; returns the model."""
+    with _reading_images(args):
+        return run.train(**_arguments(run.train, args, recipe=recipe_of(args))).model
 
 
-def _classifier(args, recipe, class_names):
-    """The model to fine-tune, named `class_names`: the loaded one with its own head when it
-    predicts that many classes and the recipe keeps heads (deit-highres, as DeiT's --finetune),
-    else a new head."""
-    keep_head = recipe.keep_head
-    backbone = _load_backbone(args, recipe, keep_head)
-    if keep_head and backbone.output_shape[-1] == len(class_names) and transfer.HEAD_NAME in [
-        layer.name for layer in backbone.layers
-    ]:
-        if not isinstance(backbone, CaiTModel):  # a .keras file of a plain keras.Model
-            backbone = CaiTModel(backbone.inputs, backbone.outputs, name=backbone.name)
-        backbone.class_names = class_names
-        return backbone
-    return transfer.with_new_head(backbone, len(class_names), name="cait_finetuned",
-                                  class_names=class_names)
-
-
-def _load_backbone(args, recipe, keep_head=False):
-    """A CaiT at `args.image_size`: a variant with its weights, or a .keras model; without
-    its head unless `keep_head`."""
-    if args.model.endswith(".keras"):
-        # The file keeps the dtype policy it was saved with; --precision decides.
-        model = transfer.with_dtype_policy(load_keras_model(args.model), args.precision)
-        if args.image_size is None:
-            args.image_size = _square_side(model)
-        if model.input_shape[1:3] != (args.image_size, args.image_size):
-            model = transfer.at_resolution(model, args.image_size)
-        return model
-    args.image_size = args.image_size or _named_resolution(args.model)
-    weights = None if args.weights.lower() == "none" else args.weights
-    with weights_errors(weights):
-        head = dict(include_top=True) if keep_head else dict(include_top=False, pooling="token")
-        return cait(
-            args.model, **head, weights=weights,
-            input_shape=(args.image_size, args.image_size, 3), drop_path_rate=recipe.drop_path,
-        )
-
-
-def _named_resolution(model_name):
-    """The resolution a model name gives (cait_s24_384 -> 384), else 224."""
-    return parse_model_name(model_name)[1] or 224
-
-
-def _square_side(model):
-    height, width = model.input_shape[1:3]
-    if height != width:
-        raise fail(f"--model takes {height}x{width} images; give --image-size for a "
-                            "square size to run it at.")
-    return height
-
-
-def _check_lora_can_start(output_dir):
-    """A LoRA stage cannot resume: Keras saves LoRA merged into the kernel and zeroes A and B on loading."""
-    backup = os.path.join(output_dir, "backup", "lora")
-    if os.path.exists(backup):
-        raise fail(
-            f"{backup} holds a backup of an interrupted LoRA stage, which cannot be resumed (Keras "
-            "saves the LoRA update merged into the kernel, and A = B = 0 would not train); "
-            f"remove {backup} to run the LoRA stage again from the trained head."
-        )
-
-
+@_as_flags
 def finetune_run(args):
-    """Fine-tunes a CaiT; writes head.weights.h5, best.keras, final.keras (and ema.keras)."""
-    recipe = recipe_of(args)
-    _configure(args)
-    distribution = _distribution(args)
-    train, validation = _sources(args)
-    global_batch = distribution.global_batch_size(recipe.batch_size)
-    _check_batch(args, train, global_batch)
-    steps = stream.steps_per_epoch(train, global_batch)
-    output_dir = _output_dir(args, distribution)
-    head_weights = os.path.join(output_dir, "head.weights.h5")
-    record = _run_record("finetune", args, recipe, train, global_batch, output_dir)
-    last_stage = ("lora" if args.lora_rank else "full") if recipe.epochs else "head"
-    if record.finished(last_stage):
-        return _finished_earlier(output_dir)
-
-    with distribution.scope():
-        model = _classifier(args, recipe, train.class_names)
-        teacher = _teacher(args, train.num_classes)
-    validation = _validation(args, validation, global_batch)  # at the backbone's size
-    _announce(distribution, recipe, global_batch, steps, recipe.peak_lr(global_batch))
-    if recipe.head_epochs:
-        print(f"Stage 1 of 2: the new head alone, backbone frozen, {recipe.head_epochs} epoch(s)",
-              flush=True)
-        if record.finished("head") and os.path.exists(head_weights):
-            print(f"Stage 1 done in an earlier run: the head is loaded from {head_weights}, not "
-                  "trained again.", flush=True)
-            model.load_weights(head_weights)
-        else:
-            transfer.set_backbone_trainable(model, False)
-            with distribution.scope():
-                _compile(model, args, recipe, global_batch, steps, head=True)
-            _train(model, args, recipe, train, validation, distribution, recipe.head_epochs,
-                   output_dir, "head", args.seed)
-            model.optimizer = None
-            with written_atomically(head_weights) as partial:
-                model.save_weights(partial)
-        record.finish("head")
-    if recipe.epochs:
-        stage = (f"LoRA of rank {args.lora_rank} on the attention projections, and the head"
-                 if args.lora_rank else "the whole network")
-        print(f"Stage 2 of 2: {stage}, {recipe.epochs} epoch(s)", flush=True)
-        with distribution.scope():
-            if args.lora_rank:
-                _check_lora_can_start(output_dir)
-                lora.enable_lora(model, args.lora_rank)
-            else:
-                transfer.set_backbone_trainable(model, True)
-            fitted = _fitted(model, recipe, teacher)
-            _compile(fitted, args, recipe, global_batch, steps)
-        _train(fitted, args, recipe, train, validation, distribution, recipe.epochs,
-               output_dir, last_stage, args.seed + 1)
-    if args.lora_rank:
-        model = lora.merge_lora(model)
-    save_model(model, os.path.join(output_dir, "final.keras"))
-    record.finish(last_stage)
-    if distribution.is_chief:
-        _summary(output_dir)
-    return model
+    """`keras-cait finetune`: `keras_cait.training.run.finetune` with the flags' values; returns the model."""
+    with _reading_images(args):
+        return run.finetune(**_arguments(run.finetune, args, recipe=recipe_of(args))).model
 
 
+@_as_flags
 def evaluate_run(args):
-    """Prints and returns {"top1": ..., "top5": ..., "images": ...} of the model on the data."""
-    keras.mixed_precision.set_global_policy(args.precision)
-    with user_input(f"--data {args.data}", ValueError, ImportError, FileNotFoundError):
-        source = sources.source(args.data, _class_names(args), args.tfds_dir)
-    if args.model.endswith(".keras"):
-        model = load_keras_model(args.model)
-        if args.image_size is None:
-            args.image_size = _square_side(model)
-        elif model.input_shape[1:3] != (args.image_size, args.image_size):
-            raise fail(f"--image-size {args.image_size}: the model takes "
-                                   f"{model.input_shape[1]}x{model.input_shape[2]} images; "
-                                   "leave --image-size out to use the model's size.")
-    else:
-        args.image_size = args.image_size or _named_resolution(args.model)
-        weights = None if args.weights.lower() == "none" else args.weights
-        with weights_errors(weights):
-            model = cait(args.model, weights=weights,
-                         input_shape=(args.image_size, args.image_size, 3))
-    classes = model.output_shape[-1]
-    if classes != source.num_classes:
-        raise fail(
-            f"--model {args.model} predicts {classes} classes but --data {args.data} has "
-            f"{source.num_classes}; evaluate on data with the model's classes in the same "
-            "(sorted) order."
-        )
-    names = getattr(model, "class_names", None)
-    if names is not None and list(names) != [str(name) for name in source.class_names]:
-        raise fail(
-            f"--data {args.data} has the classes {_listed(source.class_names)} but --model "
-            f"{args.model} was trained on {_listed(names)}; evaluate on data of the model's "
-            "classes (folder names are classes, in sorted order)."
-        )
-    metrics = [keras.metrics.SparseTopKCategoricalAccuracy(1, name="top1")]
-    if classes >= 5:
-        metrics.append(keras.metrics.SparseTopKCategoricalAccuracy(5, name="top5"))
-    # Keras evaluates a loss in any case; only the accuracies are reported.
-    model.compile(loss="sparse_categorical_crossentropy", metrics=metrics, jit_compile=False)
-    dataset = stream.evaluation_dataset(source, args.image_size, args.batch_size, args.crop_pct)
-    with named_bad_images(f"--data {args.data}", source):
-        results = model.evaluate(dataset, return_dict=True, verbose=1)
-    report = {name: float(value) for name, value in results.items() if name != "loss"}
-    report["images"] = source.num_examples
+    """`keras-cait evaluate`: prints and returns {"top1": ..., "top5": ..., "images": ...}."""
+    with _reading_images(args):
+        report = run.evaluate(**_arguments(run.evaluate, args))
     print(json.dumps(report))
     return report
-
-
-def _listed(names):
-    names = [str(name) for name in names]
-    return ", ".join(names) if len(names) <= 6 else f"{', '.join(names[:5])}, … ({len(names)} in all)"
 
 
 COMMANDS = {
@@ -767,12 +394,3 @@ def main(command, argv=None):
         args = parse_arguments(command, argv)
         check_arguments(command, args)
         COMMANDS[command][1](args)
-
-
-def parse_arguments(command, argv):
-    """`argv` parsed by the command's parser; for train and finetune built with the defaults of the
-    `--recipe` that `argv` names, so that every flag typed wins over the recipe."""
-    parser = COMMANDS[command][0]
-    if command in DEFAULT_RECIPES:
-        return parser(_recipe_named(argv, command)).parse_args(argv)
-    return parser().parse_args(argv)

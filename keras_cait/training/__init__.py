@@ -1,7 +1,9 @@
 """Training CaiT with Keras: the DeiT/CaiT recipe as building blocks (Keras core only).
 
-The runs that put them together (`keras-cait train | finetune | evaluate`)
-are applications, in `keras_cait.cli.runs`.
+The runs that put them together are `keras_cait.training.run` (`train`, `finetune`,
+`evaluate`: stages, resume, the run record, class names), which `keras-cait train |
+finetune | evaluate` call; it reads data with tf.data, so it is imported on its own:
+`from keras_cait.training import run`.
 
     recipe.Recipe, RECIPES    every knob of a run in one object; the named recipes (deit, deit-highres, transfer, demo)
     optimizer.adamw           AdamW, weight decay 0.05 off biases/norms/LayerScale/pos_embed/cls_token

@@ -102,17 +102,13 @@ def run_callbacks(output_dir, backup_dir, backup_every, monitor="val_accuracy", 
       the lowest value for a loss, else the highest), on the raw weights;
     - `ema.keras`: with an EMA optimizer, the moving average at the end
       (`MovingAverageFile`), while the model keeps its raw weights;
-    - `logs/`: TensorBoard scalars of the losses and metrics per epoch;
+    - `logs/`: TensorBoard scalars of the losses and metrics per epoch, where the
+      tensorboard package is installed (`pip install "keras-cait[train]"`);
     - `backup_dir`: a `ResumableBackup` every `backup_every` steps.
 
     Returns:
         (callbacks to pass to `resume.fit`, the `ResumableBackup`).
     """
-    if importlib.util.find_spec("tensorboard") is None:
-        raise ImportError(
-            "The training runs write TensorBoard logs, which need the tensorboard package: "
-            'pip install "keras-cait[train]" (or pip install tensorboard).'
-        )
     checkpoint = BestModelCheckpoint(
         os.path.join(output_dir, "best.keras"),
         monitor=monitor,
@@ -120,6 +116,13 @@ def run_callbacks(output_dir, backup_dir, backup_every, monitor="val_accuracy", 
         stage=stage,
     )
     backup = ResumableBackup(backup_dir, save_freq=backup_every, checkpoints=[checkpoint])
-    tensorboard = keras.callbacks.TensorBoard(os.path.join(output_dir, "logs"))
     moving_average = MovingAverageFile(os.path.join(output_dir, "ema.keras"))
+    if not tensorboard_installed():
+        return [checkpoint, moving_average], backup
+    tensorboard = keras.callbacks.TensorBoard(os.path.join(output_dir, "logs"))
     return [checkpoint, tensorboard, moving_average], backup
+
+
+def tensorboard_installed():
+    """Whether the runs can write TensorBoard logs (the `train` extra); they run without them."""
+    return importlib.util.find_spec("tensorboard") is not None

@@ -96,13 +96,18 @@ class Recipe:
         for field in dataclasses.fields(self):
             problem = out_of_range(field, getattr(self, field.name))
             if problem:
-                raise ValueError(f"Recipe {field.name}={getattr(self, field.name)!r}: {problem}.")
+                raise RecipeError(field.name, getattr(self, field.name), problem)
 
     def replace(self, **changes):
-        """A copy with `changes`, e.g. `RECIPES["deit"].replace(epochs=30)`."""
+        """A copy with `changes`, e.g. `RECIPES["deit"].replace(epochs=30)`; a knob out of its range
+        is refused (`RecipeError`) with this recipe's value as the example."""
         unknown = sorted(set(changes) - {field.name for field in dataclasses.fields(self)})
         if unknown:
             raise TypeError(f"Recipe has no knob {', '.join(unknown)}; its knobs: {', '.join(knobs())}.")
+        for name, value in changes.items():
+            problem = out_of_range(_field(name), value, example=getattr(self, name) or None)
+            if problem:
+                raise RecipeError(name, value, problem)
         return dataclasses.replace(self, **changes)
 
     # === What a run builds from it ===
@@ -163,13 +168,17 @@ class Recipe:
         values.pop("recipe", None)
         return cls(**values)
 
-    def differences(self, other):
-        """`--knob A then, B now; ...` for each knob `other` sets otherwise ('' if none)."""
-        return "; ".join(
-            f"{flag(name)} {_plain(value)} then, {_plain(getattr(other, name))} now"
-            for name, value in self.as_dict().items()
-            if _plain(getattr(other, name)) != value
-        )
+
+class RecipeError(ValueError):
+    """A knob out of its range: `knob`, its `value` and the `problem` ('must be at least 0, e.g. 0.05')."""
+
+    def __init__(self, knob, value, problem):
+        super().__init__(f"Recipe {knob}={value!r}: {problem}.")
+        self.knob, self.value, self.problem = knob, value, problem
+
+
+def _field(name):
+    return next(field for field in dataclasses.fields(Recipe) if field.name == name)
 
 
 def knobs():

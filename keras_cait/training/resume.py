@@ -15,12 +15,13 @@ from keras_cait import atomic
 _POINTER = "latest.json"
 
 
-def plan_differences(saved, plan):
-    """'epochs 3 then, 5 now; ...' for each entry of `plan` that `saved` records otherwise
-    (entries `saved` lacks, from runs before they were recorded, count as unchanged); '' if none."""
+def differences(saved, current):
+    """'epochs 3 then, 5 now; ...' for each entry of `current` that `saved` records otherwise ('' if
+    none): the one wording of what a rerun changed, for run.json's settings, recipe.json's knobs and
+    a backup's plan. Entries `saved` lacks, from runs before they were recorded, count as unchanged."""
     return "; ".join(
-        f"{key} {saved[key]} then, {value} now"
-        for key, value in plan.items()
+        f"{key} {_shown(saved[key])} then, {_shown(value)} now"
+        for key, value in current.items()
         if key in saved and saved[key] != value
     )
 
@@ -31,7 +32,8 @@ class RunRecord:
     Written before the first stage trains and after each stage ends, so that a
     rerun in the same folder knows what it would resume. `RunRecord.open`
     refuses a rerun whose settings differ from the recorded ones (naming each
-    one), whether or not a backup is left; `finished(stage)` tells which stages
+    one) once the run has something to lose: a finished stage or a backup; a
+    folder with neither is started over. `finished(stage)` tells which stages
     a rerun skips.
 
         {"command": "finetune", "settings": {"--epochs": 10, ...}, "finished": ["head"]}
@@ -54,23 +56,25 @@ class RunRecord:
             with open(path) as file:
                 saved = json.load(file)
         except FileNotFoundError:
+            saved = None
+        except (OSError, ValueError) as error:
+            raise BackupError(f"{path} is unreadable ({error}); delete it to start the run over, or "
+                              "give another --output-dir.") from error
+        if saved is not None and not saved.get("finished") and not os.path.isdir(
+                os.path.join(output_dir, "backup")):
+            # Started, but nothing trained that a rerun would lose (refused or stopped before its
+            # first backup): not a run to protect; this one starts in its place.
+            saved = None
+        if saved is None:
             if recipe is not None:
                 recipe.save(os.path.join(output_dir, RECIPE_FILENAME), recipe_name)
             record = cls(path, command, settings)
             record._write()
             return record
-        except (OSError, ValueError) as error:
-            raise BackupError(f"{path} is unreadable ({error}); delete it to start the run over, or "
-                              "give another --output-dir.") from error
         if saved.get("command") != command:
             raise BackupError(f"{output_dir} holds a run of `keras-cait {saved.get('command')}`; give "
                               f"`keras-cait {command}` another --output-dir.")
-        old = saved.get("settings", {})
-        changed = "; ".join(
-            f"{key} {_shown(old.get(key))} then, {_shown(value)} now"
-            for key, value in settings.items()
-            if old.get(key) != value
-        )
+        changed = differences(saved.get("settings", {}), settings)
         if recipe is not None:
             changed = "; ".join(filter(None, [changed, _recipe_differences(output_dir, recipe)]))
         if changed:
@@ -99,7 +103,7 @@ RECIPE_FILENAME = "recipe.json"
 
 def _recipe_differences(output_dir, recipe):
     """The knobs (as flags) in which `recipe` differs from the recipe the run in `output_dir` ran."""
-    from keras_cait.training.recipe import Recipe
+    from keras_cait.training.recipe import Recipe, flag
 
     path = os.path.join(output_dir, RECIPE_FILENAME)
     try:
@@ -109,7 +113,8 @@ def _recipe_differences(output_dir, recipe):
     except (OSError, ValueError, TypeError) as error:
         raise BackupError(f"{path} is unreadable ({error}); delete the folder to start the run over, or "
                           "give another --output-dir.") from error
-    return saved.differences(recipe)
+    return differences({flag(name): value for name, value in saved.as_dict().items()},
+                       {flag(name): value for name, value in recipe.as_dict().items()})
 
 
 def _shown(value):
@@ -191,10 +196,10 @@ class ResumableBackup(keras.callbacks.Callback):
         return [latest] + [f for f in folders if f != latest], None
 
     def _check_plan(self, saved):
-        differences = plan_differences(saved, self.plan)
-        if differences:
+        changed = differences(saved, self.plan)
+        if changed:
             raise _ChangedPlan(
-                f"The backup in {self.backup_dir} is of a run with another plan ({differences}), "
+                f"The backup in {self.backup_dir} is of a run with another plan ({changed}), "
                 "so resuming would continue on another schedule. Rerun with the backup's "
                 f"settings to resume it, or delete the folder to start over: rm -r {self.backup_dir}"
             )

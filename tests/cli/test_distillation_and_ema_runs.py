@@ -47,11 +47,16 @@ def test_deit_highres_finetune_distils_and_keeps_ema_apart(tiny_cait, digits, tm
 
 @pytest.mark.parametrize(
     "flags, message",
-    [(["--teacher", "x.keras"], "--distillation-type is none"),
-     (["--distillation-type", "soft"], "needs a teacher"),
-     (["--distillation-type", "soft", "--teacher", "NoSuchNet"], "neither a .keras file")],
+    [(["--teacher", "x.keras"], "--teacher x.keras is given but --distillation-type none"),
+     (["--distillation-type", "soft"], "--distillation-type soft needs a teacher"),
+     (["--distillation-type", "soft", "--teacher", "NoSuchNet"], "--teacher NoSuchNet: neither a .keras file")],
 )
-def test_distillation_flags_are_checked(flags, message, tmp_path):
-    args = runs.train_parser().parse_args(["--data", "d", "--output-dir", str(tmp_path), *flags])
+def test_distillation_flags_are_checked_before_the_data_are_read(flags, message, tmp_path, monkeypatch):
+    from keras_cait.training import sources
+
+    monkeypatch.setattr(sources, "source", None)  # reading the data would fail otherwise
+    (tmp_path / "d").mkdir()
     with pytest.raises(UserError, match=message):
-        runs._teacher(args, 10)
+        runs.train_run(runs.train_parser().parse_args(
+            ["--data", str(tmp_path / "d"), "--output-dir", str(tmp_path / "run"), *flags]))
+    assert not (tmp_path / "run").exists()

@@ -252,7 +252,7 @@ def guards(monkeypatch):
     import keras
 
     import keras_cait.variants
-    from keras_cait.training import sources
+    from keras_cait.training import run, sources
 
     def guard(reads):
         def refuse(what):
@@ -262,7 +262,7 @@ def guards(monkeypatch):
             return refused
 
         if "model" not in reads:
-            for module, name in ((keras_cait.variants, "cait"), (runs, "cait"), (runs, "build_cait"),
+            for module, name in ((keras_cait.variants, "cait"), (run, "cait"), (run, "build_cait"),
                                  (keras.models, "load_model")):
                 monkeypatch.setattr(module, name, refuse(f"built or loaded a model ({name})"))
         if "data" not in reads:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from keras_cait.model import build_cait
-from keras_cait.training import Augmentation, adamw, schedule
+from keras_cait.training import Augmentation, adamw, resume, schedule
 from keras_cait.training.recipe import DEIT, RECIPES, Recipe
 from keras_cait.training.resume import BackupError, RunRecord
 from tests.conftest import TINY_CAIT
@@ -77,7 +77,7 @@ def test_replace_save_load_and_differences_name_the_flags(tmp_path):
     saved = json.loads(open(path).read())
     assert saved["recipe"] == "deit" and saved["epochs"] == 30 and saved["opt_betas"] == [0.8, 0.99]
     assert Recipe.load(path) == recipe
-    assert recipe.differences(recipe.replace(epochs=10, model_ema=False)) == (
+    assert resume._recipe_differences(str(tmp_path), recipe.replace(epochs=10, model_ema=False)) == (
         "--epochs 30 then, 10 now; --model-ema True then, False now")
     with pytest.raises(TypeError, match="no knob epoch;"):
         recipe.replace(epoch=3)
@@ -90,16 +90,32 @@ def test_a_rerun_with_a_changed_knob_is_refused_by_name(tmp_path):
     RunRecord.open(str(tmp_path), "finetune", {"--data": "a"}, recipe=recipe, recipe_name="transfer")
     assert Recipe.load(str(tmp_path / "recipe.json")) == recipe
     RunRecord.open(str(tmp_path), "finetune", {"--data": "a"}, recipe=recipe)  # the same: resumes
+    (tmp_path / "backup").mkdir()  # a backup: the run has something to lose
     with pytest.raises(BackupError, match=r"--head-epochs 2 then, 3 now; --mixup 0.0 then, 0.8 now"):
         RunRecord.open(str(tmp_path), "finetune", {"--data": "a"}, recipe=recipe.replace(head_epochs=3, mixup=0.8))
 
 
-def test_the_demo_trains_with_its_recipe():
+def test_a_folder_whose_run_trained_nothing_is_started_over_by_a_run_with_other_settings(tmp_path):
+    """A start refused or stopped before its first backup leaves run.json; the corrected rerun
+    is not "a run with other settings"."""
+    RunRecord.open(str(tmp_path), "finetune", {"--data": "a"}, recipe=RECIPES["transfer"])
+    other = RECIPES["transfer"].replace(batch_size=4)
+    record = RunRecord.open(str(tmp_path), "finetune", {"--data": "b"}, recipe=other)
+    assert record.settings == {"--data": "b"} and Recipe.load(str(tmp_path / "recipe.json")) == other
+    record.finish("head")
+    with pytest.raises(BackupError, match=r"--data b then, a now"):
+        RunRecord.open(str(tmp_path), "finetune", {"--data": "a"}, recipe=other)
+
+
+def test_the_demo_trains_with_its_recipe_compiled_as_a_run_compiles():
+    from keras_cait.training import run
+
     from keras_cait.cli import demo
 
     assert demo.STARTS["scratch"].recipe == RECIPES["demo"]
+    assert "run.compile_for(model, recipe," in open(demo.__file__).read()
     model = build_cait(**TINY_CAIT, input_shape=(32, 32, 3), classes=3)
-    demo._compile(model, RECIPES["demo"], steps_per_epoch=10)
+    run.compile_for(model, RECIPES["demo"], RECIPES["demo"].batch_size, steps_per_epoch=10)
     assert isinstance(model.optimizer, keras.optimizers.AdamW)
     assert float(model.optimizer.learning_rate) == pytest.approx(RECIPES["demo"].warmup_lr, rel=1e-4)
 

@@ -1,0 +1,140 @@
+"""`keras_cait.training.run`: a whole run as one Python call, resumable after a kill, no CLI involved."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+import pytest
+
+from keras_cait.training import RECIPES, run
+
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+STEPS_PER_EPOCH = 90 // 8  # 100 digits, 10 % held out, batches of 8
+
+# The child: the library's finetune, as a Python user calls it (sys.argv: model, data, output folder).
+CHILD = """
+import sys
+from keras_cait.training import RECIPES, run
+
+recipe = RECIPES["transfer"].replace(batch_size=8, head_epochs=1, epochs=2, lr=3e-4, mixup=0.8, cutmix=1.0,
+                                     model_ema=True, model_ema_decay=0.9)
+result = run.finetune(sys.argv[1], sys.argv[2], sys.argv[3], recipe=recipe, image_size=32, precision="float32",
+                      backup_every=2, deterministic=True, seed=3, verbose=0)
+print("RESUMED", result.summary["resumed"])
+"""
+
+
+def python_finetune(model_path, data_dir, output_dir):
+    env = {**os.environ, "PYTHONPATH": REPOSITORY, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    return subprocess.Popen([sys.executable, "-c", CHILD, model_path, data_dir, output_dir], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.mark.large
+def test_a_python_finetune_killed_mid_epoch_resumes_to_the_weights_of_an_uninterrupted_one(
+        tiny_cait, digits, tmp_path):
+    data_dir = digits(tmp_path / "digits", per_class=10)
+    model_path = str(tmp_path / "pretrained.keras")
+    tiny_cait(classes=10, drop_path_rate=0.2).save(model_path)
+    uninterrupted, interrupted = str(tmp_path / "uninterrupted"), str(tmp_path / "interrupted")
+
+    reference = python_finetune(model_path, data_dir, uninterrupted)
+    victim = python_finetune(model_path, data_dir, interrupted)
+    pointer = os.path.join(interrupted, "backup", "full", "latest.json")
+    deadline = time.time() + 300
+    while victim.poll() is None and time.time() < deadline:
+        if os.path.exists(pointer) and 0 < json.load(open(pointer))["step"] % STEPS_PER_EPOCH:
+            victim.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.02)
+    assert victim.wait() == -signal.SIGKILL, "the run ended before a mid-epoch backup:\n" + victim.stdout.read()
+    killed_at = json.load(open(pointer))["step"]
+    assert 0 < killed_at % STEPS_PER_EPOCH, "the kill must leave an epoch half done"
+    assert not os.path.exists(os.path.join(interrupted, "final.keras"))
+
+    resumed = python_finetune(model_path, data_dir, interrupted)
+    outputs = {}
+    for name, process in (("reference", reference), ("resumed", resumed)):
+        outputs[name], _ = process.communicate(timeout=600)
+        assert process.returncode == 0, outputs[name]
+    # The rerun says where it resumed, and skipped the finished head stage.
+    assert f"Resuming full from the backup at step {killed_at} of {2 * STEPS_PER_EPOCH}" in outputs["resumed"]
+    assert f"RESUMED {{'full': {killed_at}}}" in outputs["resumed"]
+    assert "RESUMED {}" in outputs["reference"]
+    assert "the head is loaded from" in outputs["resumed"]
+    assert not os.path.exists(os.path.join(interrupted, "backup", "full"))  # removed when done
+    got = keras.models.load_model(os.path.join(interrupted, "final.keras"))
+    want = keras.models.load_model(os.path.join(uninterrupted, "final.keras"))
+    assert len(got.weights) == len(want.weights)
+    for a, b in zip(got.weights, want.weights):
+        np.testing.assert_array_equal(np.array(a), np.array(b))
+    assert not np.array_equal(np.array(got.weights[0]), np.array(keras.models.load_model(model_path).weights[0]))
+
+
+@pytest.fixture
+def tiny_run(tiny_cait, digits, tmp_path):
+    """(model file, data folder) of a 10-class tiny CaiT and 3 images a class."""
+    data_dir = digits(tmp_path / "digits", per_class=3)
+    model_path = str(tmp_path / "pretrained.keras")
+    tiny_cait(classes=10).save(model_path)
+    return model_path, data_dir
+
+
+@pytest.mark.large
+def test_a_python_finetune_returns_the_model_with_its_classes_and_a_summary(
+        tiny_run, tmp_path, policy, monkeypatch, capsys):
+    """Without the tensorboard package (the `train` extra) the run trains, says so and writes no logs."""
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args: None if name == "tensorboard" else find_spec(name, *args))
+    model_path, data_dir = tiny_run
+    recipe = RECIPES["transfer"].replace(batch_size=10, head_epochs=1, epochs=1)
+    result = run.finetune(model_path, data_dir, tmp_path / "run", recipe=recipe, precision="float32",
+                          val_fraction=0, verbose=0)
+    assert "No TensorBoard logs: the tensorboard package is not installed" in capsys.readouterr().out
+    assert not (tmp_path / "run" / "logs").exists()
+    assert list(result.model.class_names) == sorted(os.listdir(data_dir))
+    assert result.summary["output_dir"] == str(tmp_path / "run")
+    assert {"best.keras", "final.keras", "head.weights.h5", "run.json", "recipe.json"} == set(result.summary["files"])
+    assert result.summary["best"]["monitor"] == "loss" and result.summary["best"]["stage"] in ("head", "full")
+    assert not result.summary["finished_earlier"] and result.summary["resumed"] == {}
+    saved = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert saved["command"] == "finetune" and saved["finished"] == ["head", "full"]
+    assert saved["settings"]["--data"] == os.path.abspath(data_dir)
+
+    again = run.finetune(model_path, data_dir, tmp_path / "run", recipe=recipe, precision="float32",
+                         val_fraction=0, verbose=0)
+    assert again.summary["finished_earlier"]
+    assert again.model.class_names == result.model.class_names
+    with pytest.raises(run.resume.BackupError, match=r"--epochs 1 then, 2 now"):
+        run.finetune(model_path, data_dir, tmp_path / "run", recipe=recipe.replace(epochs=2),
+                     precision="float32", val_fraction=0, verbose=0)
+
+
+@pytest.mark.parametrize("changes, argument, words", [
+    (dict(batch_size=64), "batch_size", "batch_size=64 (global batch 64) is larger than the 30 training images"),
+    (dict(epochs=3, warmup_epochs=5.0), "warmup_epochs", "warmup_epochs=5 with epochs=3"),
+    (dict(epochs=0, head_epochs=0), "epochs", "nothing to train"),
+])
+def test_a_run_that_cannot_work_raises_run_error_naming_the_argument_and_writes_nothing(
+        tiny_run, tmp_path, changes, argument, words, policy):
+    model_path, data_dir = tiny_run
+    with pytest.raises(run.RunError, match=words.replace("(", r"\(").replace(")", r"\)")) as raised:
+        run.finetune(model_path, data_dir, tmp_path / "run", recipe=RECIPES["transfer"].replace(**changes),
+                     val_fraction=0, precision="float32", verbose=0)
+    assert raised.value.argument == argument
+    assert not (tmp_path / "run").exists()
+
+
+def test_python_evaluate_reports_the_accuracy_of_a_model_file(tiny_run, policy):
+    model_path, data_dir = tiny_run
+    report = run.evaluate(model_path, data_dir, verbose=0)
+    assert set(report) == {"top1", "top5", "images"} and report["images"] == 30
+    assert 0 <= report["top1"] <= report["top5"] <= 1
