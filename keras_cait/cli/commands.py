@@ -50,11 +50,11 @@ def _variant_of(model_name):
 
 
 def _side(model_name):
-    """The input side of a CaiT by name: its resolution, else the variant's default."""
-    from keras_cait.variants import default_resolution
+    """The input side of a CaiT by name (`keras_cait.variants.default_image_size`)."""
+    from keras_cait.variants import default_image_size
 
-    variant, resolution = _variant_of(model_name)
-    return resolution or default_resolution(variant)
+    _variant_of(model_name)
+    return default_image_size(model_name)
 
 
 def _build(model_name, weights):

@@ -614,8 +614,10 @@ def _load_backbone(args, recipe, keep_head=False):
 
 
 def _named_resolution(model_name):
-    """The resolution a model name gives (cait_s24_384 -> 384), else 224."""
-    return parse_model_name(model_name)[1] or 224
+    """The input side of a CaiT by name (`keras_cait.variants.default_image_size`)."""
+    from keras_cait.variants import default_image_size
+
+    return default_image_size(model_name)
 
 
 def _square_side(model):
