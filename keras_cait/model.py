@@ -29,6 +29,16 @@ LAYER_NORM_EPSILON = 1e-6
 POOLING_MODES = (None, "token", "avg")
 
 
+def is_mixed(policy):
+    """Whether `policy` computes in half precision on float32 variables ("mixed_float16",
+    "mixed_bfloat16"; a `DTypePolicyMap` by its default policy). Every decision that depends on
+    mixed precision asks this (`float32_if_mixed`, hence `layer_dtype` and `has_dtype_policy`)."""
+    policy = keras.dtype_policies.get(policy)
+    if isinstance(policy, keras.dtype_policies.DTypePolicyMap):
+        policy = policy.default_policy
+    return policy.compute_dtype != policy.variable_dtype
+
+
 def float32_if_mixed(policy):
     """The dtype policy of the residual stream, LayerNorm and head: "float32" under a mixed
     policy, else the name of `policy`.
@@ -40,12 +50,33 @@ def float32_if_mixed(policy):
     model) is returned as it is, or with a float32 default where its default is mixed.
     """
     policy = keras.dtype_policies.get(policy)
-    if isinstance(policy, keras.dtype_policies.DTypePolicyMap):
-        default = float32_if_mixed(policy.default_policy)
-        if default == policy.default_policy.name:
-            return policy
-        return keras.dtype_policies.DTypePolicyMap(default, dict(policy.items()))
-    return "float32" if policy.compute_dtype != policy.variable_dtype else policy.name
+    map_policy = isinstance(policy, keras.dtype_policies.DTypePolicyMap)
+    if not is_mixed(policy):
+        return policy if map_policy else policy.name
+    if map_policy:
+        return keras.dtype_policies.DTypePolicyMap("float32", dict(policy.items()))
+    return "float32"
+
+
+# The layers of `build_cait` (and the head of `with_new_head`) that compute in float32 under a
+# mixed policy: the residual stream's parameters, the final norm, the pooling and the head. Inside
+# each block, `_ResidualBlock.build` keeps its norms and LayerScale float32 likewise.
+FLOAT32_UNDER_MIXED = ("position_embedding", "class_token", "final_norm", "token_pool", "avg_pool", "predictions")
+
+
+def layer_dtype(name, policy):
+    """The dtype policy of the layer `name` of a CaiT under `policy`: what `build_cait` gives it,
+    and what `keras_cait.training.with_dtype_policy` rebuilds it with."""
+    return float32_if_mixed(policy) if name in FLOAT32_UNDER_MIXED else policy
+
+
+def has_dtype_policy(model, policy):
+    """Whether every layer of the CaiT `model` has the dtype policy it would have if built under
+    `policy` (`layer_dtype`), e.g. `has_dtype_policy(model, "float32")`."""
+    return all(
+        layer.dtype_policy.name == keras.dtype_policies.get(layer_dtype(layer.name, policy)).name
+        for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)
+    )
 
 
 class _ResidualBlock(keras.layers.Layer):
@@ -516,9 +547,12 @@ def build_cait(
     grid_size = (input_shape[0] // patch_size, input_shape[1] // patch_size)
 
     # === Patches and positions ===
+    def layer(name):  # every layer's name and dtype policy, float32 as FLOAT32_UNDER_MIXED says
+        return dict(name=name, dtype=layer_dtype(name, dtype))
+
     x = inputs
     if channels_first:
-        x = keras.layers.Permute((2, 3, 1), name="channels_last", dtype=dtype)(x)
+        x = keras.layers.Permute((2, 3, 1), **layer("channels_last"))(x)
     if include_preprocessing and input_shape[2] != 3:
         raise ValueError(
             f"input_shape {tuple(input_shape)}: include_preprocessing normalises RGB images "
@@ -529,49 +563,42 @@ def build_cait(
         x = keras.layers.Normalization(
             mean=[255.0 * m for m in IMAGENET_MEAN],
             variance=[(255.0 * s) ** 2 for s in IMAGENET_STD],
-            name="preprocessing",
-            dtype=dtype,
+            **layer("preprocessing"),
         )(x)
-    x = PatchEmbedding(embed_dim, patch_size, name="patch_embedding", dtype=dtype)(x)
+    x = PatchEmbedding(embed_dim, patch_size, **layer("patch_embedding"))(x)
     # Under mixed precision the residual stream is float32 from here on (the
     # position embedding and class token are float32 parameters in timm's AMP).
-    stream_dtype = float32_if_mixed(dtype)
-    patches = PositionEmbedding(grid_size, name="position_embedding", dtype=stream_dtype)(x)
+    patches = PositionEmbedding(grid_size, **layer("position_embedding"))(x)
 
     # === Self-attention stage ===
-    block_args = dict(num_heads=num_heads, mlp_ratio=mlp_ratio, init_values=init_values, dtype=dtype)
+    block_args = dict(num_heads=num_heads, mlp_ratio=mlp_ratio, init_values=init_values)
     for i in range(depth):
         patches = SelfAttentionBlock(
-            **block_args, drop_path_rate=drop_path_rate, name=f"self_attention_block_{i}"
+            **block_args, drop_path_rate=drop_path_rate, **layer(f"self_attention_block_{i}")
         )(patches)
 
     # === Class-attention stage ===
-    class_token = ClassToken(name="class_token", dtype=stream_dtype)(patches)
+    class_token = ClassToken(**layer("class_token"))(patches)
     for i in range(class_attention_depth):
-        class_token = ClassAttentionBlock(**block_args, name=f"class_attention_block_{i}")(
+        class_token = ClassAttentionBlock(**block_args, **layer(f"class_attention_block_{i}"))(
             [patches, class_token]
         )
 
     # === Head ===
     # Under mixed precision the final norm, the logits and the outputs stay float32.
-    head_dtype = stream_dtype
-    final_norm = keras.layers.LayerNormalization(
-        epsilon=LAYER_NORM_EPSILON, name="final_norm", dtype=head_dtype
-    )
+    final_norm = keras.layers.LayerNormalization(epsilon=LAYER_NORM_EPSILON, **layer("final_norm"))
     if pooling == "token" or (include_top and pooling is None):
         # LayerNorm is per token, so normalising the class token alone is exact.
-        pool = keras.layers.Flatten(data_format="channels_last", name="token_pool", dtype=head_dtype)
+        pool = keras.layers.Flatten(data_format="channels_last", **layer("token_pool"))
         features = pool(final_norm(class_token))
     else:
-        tokens = keras.layers.Concatenate(axis=1, name="tokens", dtype=dtype)([class_token, patches])
+        tokens = keras.layers.Concatenate(axis=1, **layer("tokens"))([class_token, patches])
         features = final_norm(tokens)
         if pooling == "avg":
             # Pooled from the whole sequence, so that the class-attention blocks stay in
             # the graph (and in the weights) as in the reference, whose "avg" mode
             # computes them too.
-            pool = keras.layers.GlobalAveragePooling1D(
-                data_format="channels_last", name="avg_pool", dtype=head_dtype
-            )
+            pool = keras.layers.GlobalAveragePooling1D(data_format="channels_last", **layer("avg_pool"))
             features = pool(features[:, 1:])
 
     if include_top:
@@ -579,8 +606,7 @@ def build_cait(
             classes,
             activation=classifier_activation,
             kernel_initializer=linear_kernel(),
-            name="predictions",
-            dtype=head_dtype,
+            **layer("predictions"),
         )(features)
     else:
         outputs = features
