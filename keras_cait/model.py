@@ -23,7 +23,7 @@ from keras_cait.layers import (
     TalkingHeadsAttention,
 )
 from keras_cait.layers.initializers import linear_kernel
-from keras_cait.preprocessing import IMAGENET_MEAN, IMAGENET_STD
+from keras_cait.preprocessing import IMAGENET_MEAN, IMAGENET_STD, imagenet_classes
 
 LAYER_NORM_EPSILON = 1e-6
 POOLING_MODES = (None, "token", "avg")
@@ -379,26 +379,6 @@ def _open_graph_tensor(images):
     )
 
 
-def checked_class_names(names, output_shape, model_name="the model"):
-    """`names` as a tuple of str, after checking there is one per output class; None stays None."""
-    if names is None:
-        return None
-    if isinstance(names, str) or not all(isinstance(name, str) for name in names):
-        raise TypeError(f"class_names={names!r}: give a list of str, one name per class.")
-    names = tuple(names)
-    classes = output_shape[-1] if len(output_shape) == 2 else None
-    if classes is None:
-        raise ValueError(f"{model_name} outputs {tuple(output_shape)}, not class scores: only a "
-                         "classifier (output (batch, classes)) has class names.")
-    if len(names) != classes:
-        raise ValueError(f"class_names has {len(names)} names but {model_name} has {classes} "
-                         "classes; give one name per class, in the order of the outputs.")
-    if len(set(names)) != len(names):
-        repeated = sorted({name for name in names if names.count(name) > 1})
-        raise ValueError(f"class_names repeats {repeated}: give each class its own name.")
-    return names
-
-
 @keras.saving.register_keras_serializable(package="keras_cait")
 class CaiTModel(keras.Model):
     """The functional model that `build_cait` returns.
@@ -426,8 +406,9 @@ class CaiTModel(keras.Model):
       config, so a `.keras` file written after fitting on a folder gives them
       back from `keras.models.load_model`, and the exporters, `keras-cait
       predict` and `evaluate` use them. None (the default) where nobody named
-      them; ImageNet models leave them None and `imagenet_class_names()` or
-      `decode_predictions` name their 1000 classes.
+      them; ImageNet models leave them None and `class_names_of` or
+      `decode_predictions` name their 1000 classes. `with_class_names` names
+      the classes of any functional classifier.
 
     Example:
         model = keras_cait.CaiT_XXS24()
@@ -443,7 +424,7 @@ class CaiTModel(keras.Model):
 
     @class_names.setter
     def class_names(self, names):
-        self._class_names = checked_class_names(names, self.outputs[0].shape, self.name)
+        self._class_names = checked_class_names(names, self)
 
     def get_config(self):
         config = super().get_config()
@@ -496,6 +477,71 @@ class CaiTModel(keras.Model):
         strategy = getattr(self, "distribute_strategy", None)
         replicas = getattr(strategy, "num_replicas_in_sync", 1)
         return replicas == 1 and keras.distribution.distribution() is None
+
+
+# === Class names ===
+
+
+def class_count(model):
+    """The number of classes a classifier scores (its output is `(batch, classes)`); a ValueError
+    for any other model."""
+    shape = tuple(model.outputs[0].shape)
+    if len(shape) != 2:
+        raise ValueError(f"{model.name} outputs {shape}, not class scores (batch, classes); give a "
+                         "classifier: a model with its head (include_top=True).")
+    return shape[-1]
+
+
+def checked_class_names(names, model):
+    """`names` as a tuple of str, after checking there is one per class of `model`; None stays None."""
+    if names is None:
+        return None
+    if isinstance(names, str) or not all(isinstance(name, str) for name in names):
+        raise TypeError(f"class_names={names!r}: give a list of str, one name per class.")
+    names = tuple(names)
+    classes = class_count(model)
+    if len(names) != classes:
+        raise ValueError(f"class_names has {len(names)} names but {model.name} has {classes} "
+                         "classes; give one name per class, in the order of the outputs.")
+    if len(set(names)) != len(names):
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        raise ValueError(f"class_names repeats {repeated}: give each class its own name.")
+    return names
+
+
+def class_names_of(model, wordnet_ids=False):
+    """The names of a classifier's classes in index order, or None where they are unknown.
+
+    A model's own `class_names` (a `CaiTModel` fitted on a folder keeps them in
+    its `.keras` file) come first; a model of 1000 classes without them is taken
+    to be an ImageNet model and gets ImageNet's names ("tabby", or with
+    `wordnet_ids` "tabby (n02123159)").
+    """
+    names = getattr(model, "class_names", None)
+    if names is not None:
+        return list(names)
+    if class_count(model) == len(imagenet_classes()):
+        return [f"{name} ({wnid})" if wordnet_ids else name for wnid, name in imagenet_classes()]
+    return None
+
+
+def with_class_names(model, class_names):
+    """`model` naming its classes `class_names` (one str per class, in index order), kept in its
+    config and in the `.keras` files it is saved to.
+
+    A `CaiTModel` is named in place and returned; another functional classifier
+    (e.g. a `.keras` file of a plain `keras.Model`) becomes a `CaiTModel` over
+    the same layers, nothing copied. `class_names=None` leaves the names unset.
+
+    Example:
+        model = with_class_names(model, ["daisy", "roses"])
+    """
+    if class_names is None and not isinstance(model, CaiTModel):
+        return model
+    if not isinstance(model, CaiTModel):
+        model = CaiTModel(model.inputs, model.outputs, name=model.name)
+    model.class_names = class_names
+    return model
 
 
 def build_cait(

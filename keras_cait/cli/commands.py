@@ -101,12 +101,14 @@ def _square_side(model, model_name):
 
 
 def _classes(model, model_name):
-    """The class count of a classifier; a model without class scores is refused."""
-    shape = model.outputs[0].shape
-    if len(shape) != 2:
-        raise fail(f"--model {model_name!r} outputs {tuple(shape)}, not class scores; give a "
-                   "classifier (a model with its head).")
-    return shape[-1]
+    """The class count of a classifier (`keras_cait.model.class_count`); a model without class
+    scores is refused."""
+    from keras_cait.model import class_count
+
+    try:
+        return class_count(model)
+    except ValueError as error:
+        raise fail(f"--model {model_name!r}: {error}") from error
 
 
 def _load_image(path, side):
@@ -126,7 +128,7 @@ def _load_image(path, side):
 def predict(args):
     import numpy as np
 
-    from keras_cait.preprocessing import class_names_of, imagenet_classes
+    from keras_cait.model import class_names_of
 
     _check_model_argument(args, "--top")
     check_range("--top", args.top, 1, example=5)
@@ -142,10 +144,7 @@ def predict(args):
     check_range("--top", args.top, 1, classes, example=min(5, classes))
     top = args.top or min(5, classes)
     probabilities = np.asarray(model.predict(images, verbose=0), "float32")
-    if getattr(model, "class_names", None) is None and classes == IMAGENET_CLASSES:
-        names = [f"{name} ({wnid})" for wnid, name in imagenet_classes()]  # with WordNet ids
-    else:
-        names = class_names_of(model) or [f"class {index}" for index in range(classes)]
+    names = class_names_of(model, wordnet_ids=True) or [f"class {index}" for index in range(classes)]
     for path, scores in zip(args.images, probabilities):
         print(path)
         for index in np.argsort(-scores, kind="stable")[:top]:

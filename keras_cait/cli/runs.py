@@ -17,7 +17,7 @@ import os
 import keras
 
 from keras_cait.atomic import written_atomically
-from keras_cait.model import CaiTModel, build_cait
+from keras_cait.model import build_cait, with_class_names
 from keras_cait.cli.errors import (
     Parser,
     add_debug_flag,
@@ -561,8 +561,7 @@ def train_run(args):
     if record.finished("train"):
         return _finished_earlier(output_dir)
     with distribution.scope():
-        model = _new_model(args, recipe, train.num_classes)
-        model.class_names = train.class_names
+        model = with_class_names(_new_model(args, recipe, train.num_classes), train.class_names)
         fitted = _fitted(model, recipe, _teacher(args, train.num_classes))
         _compile(fitted, args, recipe, global_batch, steps)
     _announce(distribution, recipe, global_batch, steps, recipe.peak_lr(global_batch))
@@ -584,10 +583,7 @@ def _classifier(args, recipe, class_names):
     if keep_head and backbone.output_shape[-1] == len(class_names) and transfer.HEAD_NAME in [
         layer.name for layer in backbone.layers
     ]:
-        if not isinstance(backbone, CaiTModel):  # a .keras file of a plain keras.Model
-            backbone = CaiTModel(backbone.inputs, backbone.outputs, name=backbone.name)
-        backbone.class_names = class_names
-        return backbone
+        return with_class_names(backbone, class_names)  # a .keras file may hold a plain keras.Model
     return transfer.with_new_head(backbone, len(class_names), name="cait_finetuned",
                                   class_names=class_names)
 

@@ -43,7 +43,7 @@ from keras_cait.atomic import written_atomically
 from keras_cait.evaluation_transform import IMAGE_FORMATS, decode_image, evaluation_transform
 from keras_cait.export.core import check_version_folder, inference_form, quantized, require_tensorflow_backend
 from keras_cait.export.inference_graph import InferenceGraph
-from keras_cait.preprocessing import class_names_of
+from keras_cait.model import checked_class_names, class_count, class_names_of
 
 
 def export_saved_model(
@@ -90,7 +90,7 @@ def export_saved_model(
     require_tensorflow_backend("export_saved_model")
     height, width, classes = _classifier_shape(model)
     _check_takes_pixels(model)
-    names = _class_names(class_names, classes, model)
+    names = _class_names(class_names, model)
     if from_logits is None:
         from_logits = _outputs_logits(model)
     top_k = min(5, classes) if top_k is None else top_k
@@ -248,12 +248,7 @@ def _classifier_shape(model):
             f"{model.name}: the input shape {input_shape} must be (batch, height, width, 3) "
             "with a known height and width, e.g. (None, 224, 224, 3)."
         )
-    if len(output_shape) != 2:
-        raise ValueError(
-            f"{model.name}: the output shape {output_shape} must be (batch, classes); build the "
-            "model with include_top=True (a classification head)."
-        )
-    return input_shape[1], input_shape[2], output_shape[1]
+    return input_shape[1], input_shape[2], class_count(model)
 
 
 def _check_takes_pixels(model):
@@ -267,22 +262,18 @@ def _check_takes_pixels(model):
         )
 
 
-def _class_names(class_names, classes, model):
-    if class_names is None:
-        class_names = class_names_of(model)
-    if class_names is None:
+def _class_names(class_names, model):
+    """The names of the top_k_classes output: `class_names`, else the model's (`class_names_of`)."""
+    names = class_names_of(model) if class_names is None else class_names
+    if names is None:
+        classes = class_count(model)
         raise ValueError(
             f"The model has {classes} classes and no class_names of its own; pass "
             f"class_names=[...] ({classes} names in index order) for the top_k_classes output, "
-            "or set model.class_names. ImageNet names are only known for 1000 classes."
+            "or name them: keras_cait.model.with_class_names(model, [...]). ImageNet names are only "
+            "known for 1000 classes."
         )
-    class_names = [str(name) for name in class_names]
-    if len(class_names) != classes:
-        raise ValueError(
-            f"class_names has {len(class_names)} names but the model has {classes} classes; "
-            "give one name per class, in index order."
-        )
-    return class_names
+    return list(checked_class_names(names, model))
 
 
 def _outputs_logits(model):

@@ -7,7 +7,7 @@ import keras
 from keras_cait.layers import PatchEmbedding, PositionEmbedding
 from keras_cait.layers.initializers import linear_kernel
 from keras_cait.layers.position_embedding import resize_position_embedding
-from keras_cait.model import CaiTModel, has_dtype_policy, layer_dtype
+from keras_cait.model import CaiTModel, has_dtype_policy, layer_dtype, with_class_names
 
 HEAD_NAME = "predictions"
 _FEATURE_LAYERS = ("token_pool", "avg_pool")
@@ -49,9 +49,7 @@ def with_new_head(model, classes, classifier_activation="softmax", name=None, cl
         name=HEAD_NAME,
         dtype=layer_dtype(HEAD_NAME, keras.config.dtype_policy()),
     )
-    classifier = CaiTModel(model.inputs, head(features), name=name or model.name)
-    classifier.class_names = class_names
-    return classifier
+    return with_class_names(CaiTModel(model.inputs, head(features), name=name or model.name), class_names)
 
 
 def set_backbone_trainable(model, trainable):

@@ -251,3 +251,16 @@ def test_a_keras_file_with_weights_is_refused_naming_both(saved_classifier, tmp_
     error = capsys.readouterr().err
     assert f"--weights none applies to a CaiT name; --model {path} holds its own weights" in error
     assert not (tmp_path / "serving").exists()
+
+
+def test_a_keras_file_without_class_scores_is_refused_by_predict_and_export(tiny_cait, tmp_path, capsys):
+    path = str(tmp_path / "headless.keras")
+    tiny_cait(include_top=False).save(path)  # the token sequence
+    image = str(tmp_path / "noise.png")
+    Image.fromarray(np.random.default_rng(1).integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(image)
+
+    for arguments in (["predict", image], ["export", str(tmp_path / "serving" / "1")]):
+        with pytest.raises(SystemExit):
+            main([*arguments, "--model", path])
+        assert f"--model {path!r}: cait outputs (None, 5, 64), not class scores (batch, classes)" in capsys.readouterr().err
+    assert not (tmp_path / "serving").exists()
