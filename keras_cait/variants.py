@@ -170,10 +170,7 @@ def cait(
         name=name or f"cait_{variant.lower()}",
     )
     if arch is not None:
-        side = CHECKPOINTS[arch]["resolution"]
-        load_imagenet_weights(
-            model, arch, lambda: build_cait(**config, input_shape=image_shape(side, side), name=arch)
-        )
+        load_imagenet_weights(model, arch)
     elif pretrained:
         load_weights_file(model, weights)
     return model

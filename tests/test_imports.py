@@ -105,3 +105,13 @@ def test_the_package_has_no_import_circle():
 def test_an_import_circle_is_found():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert circles(graph) == [["a", "b", "c"]]
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_imports_a_private_name_of_another(path):
+    """A name with a leading underscore is its module's own; what another module needs is public."""
+    tree = ast.parse(path.read_text())
+    private = [f"{node.module}.{alias.name}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+               and (node.module or "").startswith("keras_cait") for alias in node.names
+               if alias.name.startswith("_")]
+    assert private == [], f"{path.name} imports private names {private}; make them public or move them"
