@@ -183,16 +183,16 @@ def export(args):
             f"--top-k applies to {folder}s only ({_listed(row.name for row in file_formats())} output "
             f"scores); leave it out, or export a {folder} version folder."
         )
-    if args.precision != "float32" and is_file:
-        raise usage(f"--precision {args.precision} applies to a {folder_format().name} version folder only; "
+    if args.compute_dtype != "float32" and is_file:
+        raise usage(f"--compute-dtype {args.compute_dtype} applies to a {folder_format().name} version folder only; "
                     "OpenVINO computes in bfloat16 by itself where the CPU has it. Leave it out, or export a "
                     "version folder.")
     if args.jit and is_file:
         raise usage(f"--jit applies to a {folder_format().name} version folder only; the runtimes of "
                     f"{_listed(row.name for row in file_formats())} compile the graph themselves. Leave it out, "
                     "or export a version folder.")
-    if args.precision != "float32" and args.quantization:
-        raise usage(f"--precision {args.precision} with --quantization {args.quantization}: choose one.")
+    if args.compute_dtype != "float32" and args.quantization:
+        raise usage(f"--compute-dtype {args.compute_dtype} with --quantization {args.quantization}: choose one.")
     _check_model_argument(args, "--top-k")
     check_range("--top-k", args.top_k, 1, example=5)
     try:
@@ -221,7 +221,7 @@ def _export(exporters, model, output, args):
     options = {"quantization": args.quantization, "overwrite": args.overwrite}
     if row.suffix is None:  # a SavedModel version folder, whose top_k outputs list the best classes
         options["top_k"] = args.top_k or min(5, _classes(model, args.model))
-        options["precision"] = args.precision
+        options["compute_dtype"] = args.compute_dtype
         options["jit_compile"] = args.jit
     getattr(exporters, row.exporter)(model, output, **options)
 
@@ -312,9 +312,9 @@ def build_parser():
     e.add_argument("--weights", help="for a CaiT name: imagenet, none, or a checkpoint path (default: imagenet)")
     e.add_argument("--top-k", type=int, help="SavedModel only: classes in the top_k outputs (default: 5)")
     e.add_argument("--quantization", choices=quantization_modes(), help=export_help["quantization"])
-    e.add_argument("--precision", choices=("float32", "bfloat16"), default="float32",
-                   help="SavedModel only: bfloat16 computes the matmuls in bfloat16 (CPUs with bfloat16 "
-                        "units, GPUs), float32 in and out (default: %(default)s)")
+    e.add_argument("--compute-dtype", choices=("float32", "bfloat16"), default="float32",
+                   help="SavedModel only: the dtype of the matmuls; bfloat16 for CPUs with bfloat16 units "
+                        "and GPUs, float32 in and out (default: %(default)s)")
     e.add_argument("--jit", action="store_true",
                    help="SavedModel only: compile the model with XLA, faster at small batches on CPUs; TF "
                         "Serving must then run with --xla_cpu_compilation_enabled (without it, every request fails)")

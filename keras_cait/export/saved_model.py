@@ -47,7 +47,7 @@ from keras_cait.model import checked_class_names, class_count, class_names_of
 
 
 def export_saved_model(
-    model, path, *, top_k=None, class_names=None, from_logits=None, quantization=None, precision="float32",
+    model, path, *, top_k=None, class_names=None, from_logits=None, quantization=None, compute_dtype="float32",
     jit_compile=False, overwrite=False,
 ):
     """Writes `model` as a SavedModel version folder that TF Serving loads as it is.
@@ -70,7 +70,7 @@ def export_saved_model(
             kernels and inputs rounded to float8 with scales, kernels kept in
             float32): Keras `model.quantize` on a copy; see docs/export.md for
             each mode's accuracy and size.
-        precision: "float32", or "bfloat16" for CPUs with bfloat16 units
+        compute_dtype: "float32", or "bfloat16" for CPUs with bfloat16 units
             (AVX512-BF16, AMX) and GPUs: the matmuls compute in bfloat16, the
             residual stream, LayerNorm and softmax in float32, as under timm's
             autocast; the signatures still take and return float32. Needs a
@@ -96,13 +96,13 @@ def export_saved_model(
     top_k = min(5, classes) if top_k is None else top_k
     if not 1 <= top_k <= classes:
         raise ValueError(f"top_k={top_k}: must be between 1 and the {classes} classes, e.g. 5.")
-    if precision not in ("float32", "bfloat16"):
-        raise ValueError(f"precision={precision!r}: must be 'float32' or 'bfloat16'.")
-    if precision != "float32" and quantization is not None:
-        raise ValueError(f"precision={precision!r} with quantization={quantization!r}: choose one; bfloat16 "
+    if compute_dtype not in ("float32", "bfloat16"):
+        raise ValueError(f"compute_dtype={compute_dtype!r}: must be 'float32' or 'bfloat16'.")
+    if compute_dtype != "float32" and quantization is not None:
+        raise ValueError(f"compute_dtype={compute_dtype!r} with quantization={quantization!r}: choose one; bfloat16 "
                          "computes with float weights.")
     check_version_folder(path, overwrite)
-    forward = inference_form(quantized(model, path, quantization), compute_dtype=precision)
+    forward = inference_form(quantized(model, path, quantization), compute_dtype=compute_dtype)
     # XLA compiles the forward pass alone: the strings of the outputs and of serving_bytes are no XLA types.
     compiled = tf.function(forward, jit_compile=True, autograph=False) if jit_compile else forward
 
