@@ -242,7 +242,7 @@ def _classifier_shape(model):
             f"{model.name}: a served classifier needs one image input and one output; it has "
             f"{len(model.inputs)} inputs and {len(model.outputs)} outputs."
         )
-    input_shape, output_shape = tuple(model.inputs[0].shape), tuple(model.outputs[0].shape)
+    input_shape = tuple(model.inputs[0].shape)
     if len(input_shape) != 4 or None in input_shape[1:3] or input_shape[3] != 3:
         raise ValueError(
             f"{model.name}: the input shape {input_shape} must be (batch, height, width, 3) "
