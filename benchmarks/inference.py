@@ -264,16 +264,16 @@ def _keras_xla(spec, batches, workdir, threads):
     return model.predict_on_batch
 
 
-def _keras_saved_model(spec, batches, workdir, threads, precision="float32", jit_compile=False):
+def _keras_saved_model(spec, batches, workdir, threads, compute_dtype="float32", jit_compile=False):
     """`serving_default` as TF Serving runs it: loaded without keras_cait; XLA only where exported with it."""
-    path = os.path.join(workdir, f"saved_model_{precision}_{'xla' if jit_compile else 'graph'}", "1")
+    path = os.path.join(workdir, f"saved_model_{compute_dtype}_{'xla' if jit_compile else 'graph'}", "1")
     script = (
         "import sys; from keras_cait.export import export_saved_model; "
         "from benchmarks.inference import _keras_model, _spec; "
         "import json; spec = json.loads(sys.argv[1]); "
         "export_saved_model(_keras_model(spec, sys.argv[2], 'softmax'), sys.argv[3], "
         "top_k=min(5, spec['classes']), class_names=[str(i) for i in range(spec['classes'])], "
-        f"precision={precision!r}, jit_compile={jit_compile})"
+        f"compute_dtype={compute_dtype!r}, jit_compile={jit_compile})"
     )
     # Exported in a child process, so that this one never imports keras_cait (nor Keras).
     subprocess.run([sys.executable, "-c", script, json.dumps(spec), workdir, path], check=True, stdout=sys.stderr,
@@ -291,8 +291,8 @@ def _keras_saved_model_xla(spec, batches, workdir, threads):
 
 
 def _keras_saved_model_bf16(spec, batches, workdir, threads):
-    """`export_saved_model(precision="bfloat16")`: bfloat16 matmuls, no XLA."""
-    return _keras_saved_model(spec, batches, workdir, threads, precision="bfloat16")
+    """`export_saved_model(compute_dtype="bfloat16")`: bfloat16 matmuls, no XLA."""
+    return _keras_saved_model(spec, batches, workdir, threads, compute_dtype="bfloat16")
 
 
 def _keras_onnx(spec, batches, workdir, threads, quantization=None):

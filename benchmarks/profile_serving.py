@@ -2,12 +2,12 @@
 and OpenVINO's per-node counters on our IR against timm's ONNX.
 
     python -m benchmarks.profile_serving --variant XXS24 --batch 1
-    python -m benchmarks.profile_serving --variant XXS24 --batch 1 --precision bfloat16
+    python -m benchmarks.profile_serving --variant XXS24 --batch 1 --compute-dtype bfloat16
     python -m benchmarks.profile_serving --variant S24 --batch 1 --openvino f32
 
 The weights are benchmarks/inference.py's (timm's model, every parameter random),
 written once into `--workdir`. The SavedModel (`export_saved_model`, with
-`--precision` and `--jit`) is exported in a child process and profiled in a process
+`--compute-dtype` and `--jit`) is exported in a child process and profiled in a process
 that never imports keras_cait, as TF Serving runs it: `--calls` calls traced by
 `tf.profiler`, each TensorFlow op's time summed by op type (the kernels that ran:
 `_MklNativeFusedMatMul` is a MatMul + BiasAdd (+ GELU) that oneDNN fused). With
@@ -54,14 +54,14 @@ def _export(spec, workdir, script, *arguments):
                    env=with_repository(), stdout=sys.stderr)
 
 
-def profile_saved_model(spec, workdir, batch, precision, jit_compile, calls):
+def profile_saved_model(spec, workdir, batch, compute_dtype, jit_compile, calls):
     """{op type: (ms per call, ops per call)} of `serving_default` under TensorFlow's profiler."""
-    path = os.path.join(workdir, f"saved_model_{precision}_{'xla' if jit_compile else 'graph'}", "1")
+    path = os.path.join(workdir, f"saved_model_{compute_dtype}_{'xla' if jit_compile else 'graph'}", "1")
     if not os.path.exists(path):
         _export(spec, workdir, "from keras_cait.export import export_saved_model; "
                 "export_saved_model(_keras_model(spec, sys.argv[2], 'softmax'), out, "
                 "class_names=[str(i) for i in range(spec['classes'])], "
-                f"precision={precision!r}, jit_compile={jit_compile})", path)
+                f"compute_dtype={compute_dtype!r}, jit_compile={jit_compile})", path)
     import numpy as np
     import tensorflow as tf
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
@@ -131,8 +131,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variant", default="XXS24", choices=["XXS24", "S24", "M36", "M48", "smoke"])
     parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--precision", default="float32", choices=["float32", "bfloat16"],
-                        help="the SavedModel's precision (export_saved_model)")
+    parser.add_argument("--compute-dtype", default="float32", choices=["float32", "bfloat16"],
+                        help="the SavedModel's compute dtype (export_saved_model's compute_dtype)")
     parser.add_argument("--jit", action="store_true", help="the SavedModel exported with jit_compile=True")
     parser.add_argument("--openvino", choices=["f32", "bf16"],
                         help="profile our OpenVINO IR and timm's ONNX on OpenVINO instead, at this precision hint")
@@ -153,8 +153,8 @@ def main():
                   f"{counts['reorders']} reorders\n\n| layer (kernel) | share of the time |\n|---|---|")
             print("\n".join(f"| {layer} | {100 * share:.0f} % |" for layer, share in shares), end="\n\n")
     else:
-        rows = profile_saved_model(spec, workdir, args.batch, args.precision, args.jit, args.calls)
-        print(table(f"{case}, SavedModel serving_default, {args.precision}{', XLA' if args.jit else ''}",
+        rows = profile_saved_model(spec, workdir, args.batch, args.compute_dtype, args.jit, args.calls)
+        print(table(f"{case}, SavedModel serving_default, {args.compute_dtype}{', XLA' if args.jit else ''}",
                     rows, args.top))
 
 

@@ -23,10 +23,20 @@ from keras_cait.layers import (
     TalkingHeadsAttention,
 )
 from keras_cait.layers.initializers import linear_kernel
-from keras_cait.preprocessing import IMAGENET_MEAN, IMAGENET_STD
+from keras_cait.preprocessing import IMAGENET_MEAN, IMAGENET_STD, imagenet_classes
 
 LAYER_NORM_EPSILON = 1e-6
 POOLING_MODES = (None, "token", "avg")
+
+
+def is_mixed(policy):
+    """Whether `policy` computes in half precision on float32 variables ("mixed_float16",
+    "mixed_bfloat16"; a `DTypePolicyMap` by its default policy). Every decision that depends on
+    mixed precision asks this (`float32_if_mixed`, hence `layer_dtype` and `has_dtype_policy`)."""
+    policy = keras.dtype_policies.get(policy)
+    if isinstance(policy, keras.dtype_policies.DTypePolicyMap):
+        policy = policy.default_policy
+    return policy.compute_dtype != policy.variable_dtype
 
 
 def float32_if_mixed(policy):
@@ -40,12 +50,33 @@ def float32_if_mixed(policy):
     model) is returned as it is, or with a float32 default where its default is mixed.
     """
     policy = keras.dtype_policies.get(policy)
-    if isinstance(policy, keras.dtype_policies.DTypePolicyMap):
-        default = float32_if_mixed(policy.default_policy)
-        if default == policy.default_policy.name:
-            return policy
-        return keras.dtype_policies.DTypePolicyMap(default, dict(policy.items()))
-    return "float32" if policy.compute_dtype != policy.variable_dtype else policy.name
+    map_policy = isinstance(policy, keras.dtype_policies.DTypePolicyMap)
+    if not is_mixed(policy):
+        return policy if map_policy else policy.name
+    if map_policy:
+        return keras.dtype_policies.DTypePolicyMap("float32", dict(policy.items()))
+    return "float32"
+
+
+# The layers of `build_cait` (and the head of `with_new_head`) that compute in float32 under a
+# mixed policy: the residual stream's parameters, the final norm, the pooling and the head. Inside
+# each block, `_ResidualBlock.build` keeps its norms and LayerScale float32 likewise.
+FLOAT32_UNDER_MIXED = ("position_embedding", "class_token", "final_norm", "token_pool", "avg_pool", "predictions")
+
+
+def layer_dtype(name, policy):
+    """The dtype policy of the layer `name` of a CaiT under `policy`: what `build_cait` gives it,
+    and what `keras_cait.training.with_dtype_policy` rebuilds it with."""
+    return float32_if_mixed(policy) if name in FLOAT32_UNDER_MIXED else policy
+
+
+def has_dtype_policy(model, policy):
+    """Whether every layer of the CaiT `model` has the dtype policy it would have if built under
+    `policy` (`layer_dtype`), e.g. `has_dtype_policy(model, "float32")`."""
+    return all(
+        layer.dtype_policy.name == keras.dtype_policies.get(layer_dtype(layer.name, policy)).name
+        for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)
+    )
 
 
 class _ResidualBlock(keras.layers.Layer):
@@ -348,26 +379,6 @@ def _open_graph_tensor(images):
     )
 
 
-def checked_class_names(names, output_shape, model_name="the model"):
-    """`names` as a tuple of str, after checking there is one per output class; None stays None."""
-    if names is None:
-        return None
-    if isinstance(names, str) or not all(isinstance(name, str) for name in names):
-        raise TypeError(f"class_names={names!r}: give a list of str, one name per class.")
-    names = tuple(names)
-    classes = output_shape[-1] if len(output_shape) == 2 else None
-    if classes is None:
-        raise ValueError(f"{model_name} outputs {tuple(output_shape)}, not class scores: only a "
-                         "classifier (output (batch, classes)) has class names.")
-    if len(names) != classes:
-        raise ValueError(f"class_names has {len(names)} names but {model_name} has {classes} "
-                         "classes; give one name per class, in the order of the outputs.")
-    if len(set(names)) != len(names):
-        repeated = sorted({name for name in names if names.count(name) > 1})
-        raise ValueError(f"class_names repeats {repeated}: give each class its own name.")
-    return names
-
-
 @keras.saving.register_keras_serializable(package="keras_cait")
 class CaiTModel(keras.Model):
     """The functional model that `build_cait` returns.
@@ -395,8 +406,9 @@ class CaiTModel(keras.Model):
       config, so a `.keras` file written after fitting on a folder gives them
       back from `keras.models.load_model`, and the exporters, `keras-cait
       predict` and `evaluate` use them. None (the default) where nobody named
-      them; ImageNet models leave them None and `imagenet_class_names()` or
-      `decode_predictions` name their 1000 classes.
+      them; ImageNet models leave them None and `class_names_of` or
+      `decode_predictions` name their 1000 classes. `with_class_names` names
+      the classes of any functional classifier.
 
     Example:
         model = keras_cait.CaiT_XXS24()
@@ -412,7 +424,7 @@ class CaiTModel(keras.Model):
 
     @class_names.setter
     def class_names(self, names):
-        self._class_names = checked_class_names(names, self.outputs[0].shape, self.name)
+        self._class_names = checked_class_names(names, self)
 
     def get_config(self):
         config = super().get_config()
@@ -467,6 +479,71 @@ class CaiTModel(keras.Model):
         return replicas == 1 and keras.distribution.distribution() is None
 
 
+# === Class names ===
+
+
+def class_count(model):
+    """The number of classes a classifier scores (its output is `(batch, classes)`); a ValueError
+    for any other model."""
+    shape = tuple(model.outputs[0].shape)
+    if len(shape) != 2:
+        raise ValueError(f"{model.name} outputs {shape}, not class scores (batch, classes); give a "
+                         "classifier: a model with its head (include_top=True).")
+    return shape[-1]
+
+
+def checked_class_names(names, model):
+    """`names` as a tuple of str, after checking there is one per class of `model`; None stays None."""
+    if names is None:
+        return None
+    if isinstance(names, str) or not all(isinstance(name, str) for name in names):
+        raise TypeError(f"class_names={names!r}: give a list of str, one name per class.")
+    names = tuple(names)
+    classes = class_count(model)
+    if len(names) != classes:
+        raise ValueError(f"class_names has {len(names)} names but {model.name} has {classes} "
+                         "classes; give one name per class, in the order of the outputs.")
+    if len(set(names)) != len(names):
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        raise ValueError(f"class_names repeats {repeated}: give each class its own name.")
+    return names
+
+
+def class_names_of(model, wordnet_ids=False):
+    """The names of a classifier's classes in index order, or None where they are unknown.
+
+    A model's own `class_names` (a `CaiTModel` fitted on a folder keeps them in
+    its `.keras` file) come first; a model of 1000 classes without them is taken
+    to be an ImageNet model and gets ImageNet's names ("tabby", or with
+    `wordnet_ids` "tabby (n02123159)").
+    """
+    names = getattr(model, "class_names", None)
+    if names is not None:
+        return list(names)
+    if class_count(model) == len(imagenet_classes()):
+        return [f"{name} ({wnid})" if wordnet_ids else name for wnid, name in imagenet_classes()]
+    return None
+
+
+def with_class_names(model, class_names):
+    """`model` naming its classes `class_names` (one str per class, in index order), kept in its
+    config and in the `.keras` files it is saved to.
+
+    A `CaiTModel` is named in place and returned; another functional classifier
+    (e.g. a `.keras` file of a plain `keras.Model`) becomes a `CaiTModel` over
+    the same layers, nothing copied. `class_names=None` leaves the names unset.
+
+    Example:
+        model = with_class_names(model, ["daisy", "roses"])
+    """
+    if class_names is None and not isinstance(model, CaiTModel):
+        return model
+    if not isinstance(model, CaiTModel):
+        model = CaiTModel(model.inputs, model.outputs, name=model.name)
+    model.class_names = class_names
+    return model
+
+
 def build_cait(
     *,
     embed_dim,
@@ -516,9 +593,12 @@ def build_cait(
     grid_size = (input_shape[0] // patch_size, input_shape[1] // patch_size)
 
     # === Patches and positions ===
+    def layer(name):  # every layer's name and dtype policy, float32 as FLOAT32_UNDER_MIXED says
+        return dict(name=name, dtype=layer_dtype(name, dtype))
+
     x = inputs
     if channels_first:
-        x = keras.layers.Permute((2, 3, 1), name="channels_last", dtype=dtype)(x)
+        x = keras.layers.Permute((2, 3, 1), **layer("channels_last"))(x)
     if include_preprocessing and input_shape[2] != 3:
         raise ValueError(
             f"input_shape {tuple(input_shape)}: include_preprocessing normalises RGB images "
@@ -529,49 +609,42 @@ def build_cait(
         x = keras.layers.Normalization(
             mean=[255.0 * m for m in IMAGENET_MEAN],
             variance=[(255.0 * s) ** 2 for s in IMAGENET_STD],
-            name="preprocessing",
-            dtype=dtype,
+            **layer("preprocessing"),
         )(x)
-    x = PatchEmbedding(embed_dim, patch_size, name="patch_embedding", dtype=dtype)(x)
+    x = PatchEmbedding(embed_dim, patch_size, **layer("patch_embedding"))(x)
     # Under mixed precision the residual stream is float32 from here on (the
     # position embedding and class token are float32 parameters in timm's AMP).
-    stream_dtype = float32_if_mixed(dtype)
-    patches = PositionEmbedding(grid_size, name="position_embedding", dtype=stream_dtype)(x)
+    patches = PositionEmbedding(grid_size, **layer("position_embedding"))(x)
 
     # === Self-attention stage ===
-    block_args = dict(num_heads=num_heads, mlp_ratio=mlp_ratio, init_values=init_values, dtype=dtype)
+    block_args = dict(num_heads=num_heads, mlp_ratio=mlp_ratio, init_values=init_values)
     for i in range(depth):
         patches = SelfAttentionBlock(
-            **block_args, drop_path_rate=drop_path_rate, name=f"self_attention_block_{i}"
+            **block_args, drop_path_rate=drop_path_rate, **layer(f"self_attention_block_{i}")
         )(patches)
 
     # === Class-attention stage ===
-    class_token = ClassToken(name="class_token", dtype=stream_dtype)(patches)
+    class_token = ClassToken(**layer("class_token"))(patches)
     for i in range(class_attention_depth):
-        class_token = ClassAttentionBlock(**block_args, name=f"class_attention_block_{i}")(
+        class_token = ClassAttentionBlock(**block_args, **layer(f"class_attention_block_{i}"))(
             [patches, class_token]
         )
 
     # === Head ===
     # Under mixed precision the final norm, the logits and the outputs stay float32.
-    head_dtype = stream_dtype
-    final_norm = keras.layers.LayerNormalization(
-        epsilon=LAYER_NORM_EPSILON, name="final_norm", dtype=head_dtype
-    )
+    final_norm = keras.layers.LayerNormalization(epsilon=LAYER_NORM_EPSILON, **layer("final_norm"))
     if pooling == "token" or (include_top and pooling is None):
         # LayerNorm is per token, so normalising the class token alone is exact.
-        pool = keras.layers.Flatten(data_format="channels_last", name="token_pool", dtype=head_dtype)
+        pool = keras.layers.Flatten(data_format="channels_last", **layer("token_pool"))
         features = pool(final_norm(class_token))
     else:
-        tokens = keras.layers.Concatenate(axis=1, name="tokens", dtype=dtype)([class_token, patches])
+        tokens = keras.layers.Concatenate(axis=1, **layer("tokens"))([class_token, patches])
         features = final_norm(tokens)
         if pooling == "avg":
             # Pooled from the whole sequence, so that the class-attention blocks stay in
             # the graph (and in the weights) as in the reference, whose "avg" mode
             # computes them too.
-            pool = keras.layers.GlobalAveragePooling1D(
-                data_format="channels_last", name="avg_pool", dtype=head_dtype
-            )
+            pool = keras.layers.GlobalAveragePooling1D(data_format="channels_last", **layer("avg_pool"))
             features = pool(features[:, 1:])
 
     if include_top:
@@ -579,8 +652,7 @@ def build_cait(
             classes,
             activation=classifier_activation,
             kernel_initializer=linear_kernel(),
-            name="predictions",
-            dtype=head_dtype,
+            **layer("predictions"),
         )(features)
     else:
         outputs = features

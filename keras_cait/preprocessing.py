@@ -66,21 +66,6 @@ def imagenet_classes():
     return [tuple(index[str(i)]) for i in range(len(index))]
 
 
-def class_names_of(model):
-    """The names of a classifier's classes in index order, or None where they are unknown.
-
-    A model's own `class_names` (a `CaiTModel` fitted on a folder keeps them in
-    its `.keras` file) come first; a model of 1000 classes without them is taken
-    to be an ImageNet model and gets ImageNet's names.
-    """
-    names = getattr(model, "class_names", None)
-    if names is not None:
-        return list(names)
-    if len(model.outputs[0].shape) == 2 and model.outputs[0].shape[-1] == 1000:
-        return [name for _, name in imagenet_classes()]
-    return None
-
-
 def decode_predictions(preds, top=5):
     """Decodes a batch of ImageNet predictions into [(wordnet id, name, score)] per image.
 

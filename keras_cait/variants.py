@@ -60,10 +60,17 @@ WEIGHTS_ALLOWED = "'imagenet', None, or the path of a .safetensors, .pth or .wei
 logger = logging.getLogger(__name__)
 
 
-def default_resolution(variant):
-    """The resolution of the variant's first released checkpoint (224 when it has none)."""
+def default_image_size(name):
+    """The input side of a CaiT built by `name` without an input shape: the resolution the name
+    gives (cait_s24_384 -> 384), else that of the variant's first released checkpoint
+    (cait_xs24 -> 384, its only one), else 224.
+
+    It is the side of the checkpoint `weights="imagenet"` loads for the name, unresized; the
+    constructors, `cait`, `keras-cait predict`, `evaluate` and `finetune` all take it.
+    """
+    variant, resolution = parse_model_name(name)
     checkpoints = released_checkpoints(variant)
-    return CHECKPOINTS[checkpoints[0]]["resolution"] if checkpoints else 224
+    return resolution or (CHECKPOINTS[checkpoints[0]]["resolution"] if checkpoints else 224)
 
 
 def select_checkpoint(variant, height, width):
@@ -107,13 +114,13 @@ def cait(
     `variant` is any name `parse_model_name` takes: "S24", "cait_s24" or
     "cait_s24_384" (whose resolution is the default input size).
     """
-    variant, resolution = parse_model_name(variant)
+    side = default_image_size(variant)
+    variant, _ = parse_model_name(variant)
     config = VARIANTS[variant]
     if input_shape is None:
         if input_tensor is not None:
             input_shape = tuple(input_tensor.shape[1:])
         else:
-            side = resolution or default_resolution(variant)
             input_shape = image_shape(side, side)
     input_shape = tuple(input_shape)
     # build_cait names a shape of another rank; these serve the checks before it.
@@ -163,10 +170,7 @@ def cait(
         name=name or f"cait_{variant.lower()}",
     )
     if arch is not None:
-        side = CHECKPOINTS[arch]["resolution"]
-        load_imagenet_weights(
-            model, arch, lambda: build_cait(**config, input_shape=image_shape(side, side), name=arch)
-        )
+        load_imagenet_weights(model, arch)
     elif pretrained:
         load_weights_file(model, weights)
     return model
@@ -237,7 +241,7 @@ def _constructor(variant):
     constructor.__doc__ = BASE_DOCSTRING.format(
         variant=variant,
         released=", ".join(checkpoints) or "none (weights default to None)",
-        resolution=default_resolution(variant),
+        resolution=default_image_size(variant),
         **{k: config[k] for k in ("depth", "embed_dim", "num_heads")},
     )
     return constructor

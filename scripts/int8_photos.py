@@ -18,7 +18,7 @@ the weights are random, in two ways that bracket a trained model:
 
 Keras' float8 is its float8 training mode: kernels and inputs are rounded to
 float8 (e4m3) with scales in each call, the kernels themselves stay float32.
-bfloat16 is what `export_saved_model(..., precision="bfloat16")` computes (its
+bfloat16 is what `export_saved_model(..., compute_dtype="bfloat16")` computes (its
 inference graph, called here for the logits); its size is of its weights.
 
 Random-weight logits are not ImageNet predictions; top-1/top-5 agreement on two

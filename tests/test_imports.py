@@ -74,3 +74,67 @@ def test_the_command_line_uses_only_public_names_of_the_library(path):
                 and node.attr.startswith("_") and not node.attr.startswith("__"):
             private.append(f"{node.value.id}.{node.attr}")
     assert private == [], f"keras_cait/cli/{path.name} uses private names of the library: {private}"
+def import_graph():
+    """{module: the keras_cait modules it imports}, every import counted: at the top of the file
+    or inside a function (a lazy import only hides a circle until the function runs)."""
+    names = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for module, path in names.items():
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                # `from keras_cait.training import schedule` imports the module schedule.
+                imported |= {f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in names
+                             else node.module for alias in node.names}
+        graph[module] = {name for name in imported if name in names and name != module}
+    return graph
+
+
+def circles(graph):
+    """The import circles of `graph`: its strongly connected components of more than one module."""
+    index, low, stack, found = {}, {}, [], []
+
+    def visit(module):
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in sorted(graph[module]):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = []
+            while not component or component[-1] != module:
+                component.append(stack.pop())
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_the_package_has_no_import_circle():
+    assert circles(import_graph()) == []
+
+
+def test_an_import_circle_is_found():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert circles(graph) == [["a", "b", "c"]]
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_imports_a_private_name_of_another(path):
+    """A name with a leading underscore is its module's own; what another module needs is public."""
+    tree = ast.parse(path.read_text())
+    private = [f"{node.module}.{alias.name}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+               and (node.module or "").startswith("keras_cait") for alias in node.names
+               if alias.name.startswith("_")]
+    assert private == [], f"{path.name} imports private names {private}; make them public or move them"

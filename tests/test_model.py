@@ -306,20 +306,48 @@ def test_class_names_travel_in_the_keras_file_and_through_every_copy(tiny_cait, 
      ("abc", "give a list of str"), ([1, 2, 3], "give a list of str")],
     ids=["too_few", "repeated", "a_string", "not_str"],
 )
-def test_class_names_are_one_str_per_class(tiny_cait, names, error):
+def test_class_names_are_one_str_per_class(tiny_cait, names, error, tmp_path):
+    """One check (`checked_class_names`) wherever names are given: the model's attribute,
+    `with_class_names` and the SavedModel export."""
+    from keras_cait.export import export_saved_model
+    from keras_cait.model import with_class_names
+
     model = tiny_cait(classes=3)
-    with pytest.raises((ValueError, TypeError), match=error):
-        model.class_names = names
+    plain = keras.Model(model.inputs, model.outputs, name=model.name)
+    for name_them in (lambda: setattr(model, "class_names", names), lambda: with_class_names(plain, names),
+                      lambda: export_saved_model(model, tmp_path / "1", class_names=names)):
+        with pytest.raises((ValueError, TypeError), match=error):
+            name_them()
+    assert not (tmp_path / "1").exists()
     with pytest.raises(ValueError, match="not class scores"):
         tiny_cait(include_top=False).class_names = ["a"]
 
 
+def test_with_class_names_names_any_functional_classifier_in_place_or_over_its_layers(tiny_cait, tmp_path):
+    from keras_cait.model import CaiTModel, with_class_names
+    from keras_cait.training.callbacks import save_model
+
+    model = tiny_cait(classes=2)
+    assert with_class_names(model, ["dog", "cat"]) is model and model.class_names == ("dog", "cat")
+    plain = keras.Model(model.inputs, model.outputs, name="plain")
+    assert with_class_names(plain, None) is plain
+    named = with_class_names(plain, ["cat", "dog"])
+    assert type(named) is CaiTModel and named.class_names == ("cat", "dog")
+    assert all(a is b for a, b in zip(named.layers, plain.layers)), "the same layers, nothing copied"
+    save_model(named, tmp_path / "named.keras")
+    assert keras.models.load_model(tmp_path / "named.keras").class_names == ("cat", "dog")
+
+
 @pytest.mark.large
 def test_class_names_of_a_model_its_own_else_imagenet_s_for_1000_classes(tiny_cait):
-    from keras_cait.preprocessing import class_names_of, imagenet_classes
+    from keras_cait.model import class_names_of
+    from keras_cait.preprocessing import imagenet_classes
 
     named = tiny_cait(classes=2)
     named.class_names = ["dog", "cat"]
     assert class_names_of(named) == ["dog", "cat"]
-    assert class_names_of(tiny_cait(classes=1000)) == [name for _, name in imagenet_classes()]
+    assert class_names_of(named, wordnet_ids=True) == ["dog", "cat"]
+    imagenet = tiny_cait(classes=1000)
+    assert class_names_of(imagenet) == [name for _, name in imagenet_classes()]
+    assert class_names_of(imagenet, wordnet_ids=True)[281] == "tabby (n02123045)"
     assert class_names_of(tiny_cait(classes=7)) is None

@@ -50,11 +50,11 @@ def _variant_of(model_name):
 
 
 def _side(model_name):
-    """The input side of a CaiT by name: its resolution, else the variant's default."""
-    from keras_cait.variants import default_resolution
+    """The input side of a CaiT by name (`keras_cait.variants.default_image_size`)."""
+    from keras_cait.variants import default_image_size
 
-    variant, resolution = _variant_of(model_name)
-    return resolution or default_resolution(variant)
+    _variant_of(model_name)
+    return default_image_size(model_name)
 
 
 def _build(model_name, weights):
@@ -101,12 +101,14 @@ def _square_side(model, model_name):
 
 
 def _classes(model, model_name):
-    """The class count of a classifier; a model without class scores is refused."""
-    shape = model.outputs[0].shape
-    if len(shape) != 2:
-        raise fail(f"--model {model_name!r} outputs {tuple(shape)}, not class scores; give a "
-                   "classifier (a model with its head).")
-    return shape[-1]
+    """The class count of a classifier (`keras_cait.model.class_count`); a model without class
+    scores is refused."""
+    from keras_cait.model import class_count
+
+    try:
+        return class_count(model)
+    except ValueError as error:
+        raise fail(f"--model {model_name!r}: {error}") from error
 
 
 def _load_image(path, side):
@@ -126,7 +128,7 @@ def _load_image(path, side):
 def predict(args):
     import numpy as np
 
-    from keras_cait.preprocessing import class_names_of, imagenet_classes
+    from keras_cait.model import class_names_of
 
     _check_model_argument(args, "--top")
     check_range("--top", args.top, 1, example=5)
@@ -142,10 +144,7 @@ def predict(args):
     check_range("--top", args.top, 1, classes, example=min(5, classes))
     top = args.top or min(5, classes)
     probabilities = np.asarray(model.predict(images, verbose=0), "float32")
-    if getattr(model, "class_names", None) is None and classes == IMAGENET_CLASSES:
-        names = [f"{name} ({wnid})" for wnid, name in imagenet_classes()]  # with WordNet ids
-    else:
-        names = class_names_of(model) or [f"class {index}" for index in range(classes)]
+    names = class_names_of(model, wordnet_ids=True) or [f"class {index}" for index in range(classes)]
     for path, scores in zip(args.images, probabilities):
         print(path)
         for index in np.argsort(-scores, kind="stable")[:top]:
@@ -184,16 +183,16 @@ def export(args):
             f"--top-k applies to {folder}s only ({_listed(row.name for row in file_formats())} output "
             f"scores); leave it out, or export a {folder} version folder."
         )
-    if args.precision != "float32" and is_file:
-        raise usage(f"--precision {args.precision} applies to a {folder_format().name} version folder only; "
+    if args.compute_dtype != "float32" and is_file:
+        raise usage(f"--compute-dtype {args.compute_dtype} applies to a {folder_format().name} version folder only; "
                     "OpenVINO computes in bfloat16 by itself where the CPU has it. Leave it out, or export a "
                     "version folder.")
     if args.jit and is_file:
         raise usage(f"--jit applies to a {folder_format().name} version folder only; the runtimes of "
                     f"{_listed(row.name for row in file_formats())} compile the graph themselves. Leave it out, "
                     "or export a version folder.")
-    if args.precision != "float32" and args.quantization:
-        raise usage(f"--precision {args.precision} with --quantization {args.quantization}: choose one.")
+    if args.compute_dtype != "float32" and args.quantization:
+        raise usage(f"--compute-dtype {args.compute_dtype} with --quantization {args.quantization}: choose one.")
     _check_model_argument(args, "--top-k")
     check_range("--top-k", args.top_k, 1, example=5)
     try:
@@ -222,7 +221,7 @@ def _export(exporters, model, output, args):
     options = {"quantization": args.quantization, "overwrite": args.overwrite}
     if row.suffix is None:  # a SavedModel version folder, whose top_k outputs list the best classes
         options["top_k"] = args.top_k or min(5, _classes(model, args.model))
-        options["precision"] = args.precision
+        options["compute_dtype"] = args.compute_dtype
         options["jit_compile"] = args.jit
     getattr(exporters, row.exporter)(model, output, **options)
 
@@ -313,9 +312,9 @@ def build_parser():
     e.add_argument("--weights", help="for a CaiT name: imagenet, none, or a checkpoint path (default: imagenet)")
     e.add_argument("--top-k", type=int, help="SavedModel only: classes in the top_k outputs (default: 5)")
     e.add_argument("--quantization", choices=quantization_modes(), help=export_help["quantization"])
-    e.add_argument("--precision", choices=("float32", "bfloat16"), default="float32",
-                   help="SavedModel only: bfloat16 computes the matmuls in bfloat16 (CPUs with bfloat16 "
-                        "units, GPUs), float32 in and out (default: %(default)s)")
+    e.add_argument("--compute-dtype", choices=("float32", "bfloat16"), default="float32",
+                   help="SavedModel only: the dtype of the matmuls; bfloat16 for CPUs with bfloat16 units "
+                        "and GPUs, float32 in and out (default: %(default)s)")
     e.add_argument("--jit", action="store_true",
                    help="SavedModel only: compile the model with XLA, faster at small batches on CPUs; TF "
                         "Serving must then run with --xla_cpu_compilation_enabled (without it, every request fails)")

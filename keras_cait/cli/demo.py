@@ -127,11 +127,10 @@ def split(images, labels):
 
 def imagenet_weights_available():
     """(available, why): the ImageNet weights are cached, or their host answers within 3 s."""
-    from keras_cait.weights import registry
-    from keras_cait.weights.download import cache_dir
+    from keras_cait.weights import cached_checkpoint, registry
 
-    cached = os.path.join(cache_dir(), f"{IMAGENET_ARCH}.{registry.TAG}.weights.h5")
-    if os.path.exists(cached):
+    cached = cached_checkpoint(IMAGENET_ARCH)
+    if cached:
         return True, f"ImageNet weights cached at {cached}"
     url = urllib.parse.urlparse(registry.checkpoint_url(IMAGENET_ARCH))
     host = url.hostname

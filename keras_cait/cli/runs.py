@@ -63,7 +63,7 @@ def _add_data_arguments(parser, train, model_file=False):
     if model_file:
         group.add_argument("--image-size", type=int, default=None,
                            help="side of the input images (default: the input size of a .keras "
-                                "--model, else 224)")
+                                "--model, else the side of the checkpoint the name loads: 384 for cait_xs24)")
     else:
         group.add_argument("--image-size", type=int, default=224, help="side of the input images")
     group.add_argument("--crop-pct", type=float, default=1.0,
@@ -328,7 +328,7 @@ def _as_flags(command_run):
 def _flags():
     try:
         yield
-    except recipes.RecipeError as error:
+    except recipes.KnobError as error:
         raise usage(f"{recipes.flag(error.knob)} {recipes.shown(error.value)}: {error.problem}.") from error
     except run.RunError as error:
         if error.argument == "weights" and error.__cause__ is not None:

@@ -20,12 +20,10 @@ def inference_form(model, runtime="tensorflow", compute_dtype="float32"):
     A CaiT classifier trained under a mixed policy (`keras-cait train`'s default) is folded from
     its float32 copy: its weights are float32 already, and a CPU server has no use for float16.
     `compute_dtype="bfloat16"` needs the folded graph (`InferenceGraph`'s argument)."""
-    if not folds(model) and folds(model, any_policy=True):
-        model = with_dtype_policy(model, "float32")
-    if folds(model):
-        return InferenceGraph(model, runtime=runtime, compute_dtype=compute_dtype)
+    if folds(model, any_policy=True):
+        return InferenceGraph(with_dtype_policy(model, "float32"), runtime=runtime, compute_dtype=compute_dtype)
     if compute_dtype != "float32":
-        raise ValueError(f"precision={compute_dtype!r} takes a CaiT classifier as build_cait makes it "
+        raise ValueError(f"compute_dtype={compute_dtype!r} takes a CaiT classifier as build_cait makes it "
                          "(not a quantized, headless or LoRA model); export this model in float32.")
     return functools.partial(model, training=False)
 

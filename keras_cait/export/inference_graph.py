@@ -45,7 +45,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_cait.layers import ClassToken, PatchEmbedding, PositionEmbedding
-from keras_cait.model import LAYER_NORM_EPSILON, ClassAttentionBlock, SelfAttentionBlock
+from keras_cait.model import LAYER_NORM_EPSILON, ClassAttentionBlock, SelfAttentionBlock, has_dtype_policy
 
 
 def folds(model, any_policy=False):
@@ -87,9 +87,10 @@ def _structure(model, any_policy=False):
     head = layers["predictions"]
     if head.activation not in (keras.activations.softmax, keras.activations.linear):
         raise ValueError(f"{model.name}: the head's activation is neither softmax nor linear")
+    if not (any_policy or has_dtype_policy(model, "float32")):
+        raise ValueError(f"{model.name}: dtype policies {sorted({layer.dtype_policy.name for layer in model.layers})}, "
+                         "not float32")
     for layer in model._flatten_layers(include_self=False):
-        if layer.dtype_policy.name != "float32" and not any_policy:
-            raise ValueError(f"{layer.name}: dtype policy {layer.dtype_policy.name}, not float32")
         if getattr(layer, "quantization_mode", None) is not None:
             raise ValueError(f"{layer.name}: quantized ({layer.quantization_mode})")
     return layers, self_blocks, class_blocks

@@ -43,11 +43,11 @@ from keras_cait.atomic import written_atomically
 from keras_cait.evaluation_transform import IMAGE_FORMATS, decode_image, evaluation_transform
 from keras_cait.export.core import check_version_folder, inference_form, quantized, require_tensorflow_backend
 from keras_cait.export.inference_graph import InferenceGraph
-from keras_cait.preprocessing import class_names_of
+from keras_cait.model import checked_class_names, class_count, class_names_of
 
 
 def export_saved_model(
-    model, path, *, top_k=None, class_names=None, from_logits=None, quantization=None, precision="float32",
+    model, path, *, top_k=None, class_names=None, from_logits=None, quantization=None, compute_dtype="float32",
     jit_compile=False, overwrite=False,
 ):
     """Writes `model` as a SavedModel version folder that TF Serving loads as it is.
@@ -70,7 +70,7 @@ def export_saved_model(
             kernels and inputs rounded to float8 with scales, kernels kept in
             float32): Keras `model.quantize` on a copy; see docs/export.md for
             each mode's accuracy and size.
-        precision: "float32", or "bfloat16" for CPUs with bfloat16 units
+        compute_dtype: "float32", or "bfloat16" for CPUs with bfloat16 units
             (AVX512-BF16, AMX) and GPUs: the matmuls compute in bfloat16, the
             residual stream, LayerNorm and softmax in float32, as under timm's
             autocast; the signatures still take and return float32. Needs a
@@ -90,19 +90,19 @@ def export_saved_model(
     require_tensorflow_backend("export_saved_model")
     height, width, classes = _classifier_shape(model)
     _check_takes_pixels(model)
-    names = _class_names(class_names, classes, model)
+    names = _class_names(class_names, model)
     if from_logits is None:
         from_logits = _outputs_logits(model)
     top_k = min(5, classes) if top_k is None else top_k
     if not 1 <= top_k <= classes:
         raise ValueError(f"top_k={top_k}: must be between 1 and the {classes} classes, e.g. 5.")
-    if precision not in ("float32", "bfloat16"):
-        raise ValueError(f"precision={precision!r}: must be 'float32' or 'bfloat16'.")
-    if precision != "float32" and quantization is not None:
-        raise ValueError(f"precision={precision!r} with quantization={quantization!r}: choose one; bfloat16 "
+    if compute_dtype not in ("float32", "bfloat16"):
+        raise ValueError(f"compute_dtype={compute_dtype!r}: must be 'float32' or 'bfloat16'.")
+    if compute_dtype != "float32" and quantization is not None:
+        raise ValueError(f"compute_dtype={compute_dtype!r} with quantization={quantization!r}: choose one; bfloat16 "
                          "computes with float weights.")
     check_version_folder(path, overwrite)
-    forward = inference_form(quantized(model, path, quantization), compute_dtype=precision)
+    forward = inference_form(quantized(model, path, quantization), compute_dtype=compute_dtype)
     # XLA compiles the forward pass alone: the strings of the outputs and of serving_bytes are no XLA types.
     compiled = tf.function(forward, jit_compile=True, autograph=False) if jit_compile else forward
 
@@ -242,18 +242,13 @@ def _classifier_shape(model):
             f"{model.name}: a served classifier needs one image input and one output; it has "
             f"{len(model.inputs)} inputs and {len(model.outputs)} outputs."
         )
-    input_shape, output_shape = tuple(model.inputs[0].shape), tuple(model.outputs[0].shape)
+    input_shape = tuple(model.inputs[0].shape)
     if len(input_shape) != 4 or None in input_shape[1:3] or input_shape[3] != 3:
         raise ValueError(
             f"{model.name}: the input shape {input_shape} must be (batch, height, width, 3) "
             "with a known height and width, e.g. (None, 224, 224, 3)."
         )
-    if len(output_shape) != 2:
-        raise ValueError(
-            f"{model.name}: the output shape {output_shape} must be (batch, classes); build the "
-            "model with include_top=True (a classification head)."
-        )
-    return input_shape[1], input_shape[2], output_shape[1]
+    return input_shape[1], input_shape[2], class_count(model)
 
 
 def _check_takes_pixels(model):
@@ -267,22 +262,18 @@ def _check_takes_pixels(model):
         )
 
 
-def _class_names(class_names, classes, model):
-    if class_names is None:
-        class_names = class_names_of(model)
-    if class_names is None:
+def _class_names(class_names, model):
+    """The names of the top_k_classes output: `class_names`, else the model's (`class_names_of`)."""
+    names = class_names_of(model) if class_names is None else class_names
+    if names is None:
+        classes = class_count(model)
         raise ValueError(
             f"The model has {classes} classes and no class_names of its own; pass "
             f"class_names=[...] ({classes} names in index order) for the top_k_classes output, "
-            "or set model.class_names. ImageNet names are only known for 1000 classes."
+            "or name them: keras_cait.model.with_class_names(model, [...]). ImageNet names are only "
+            "known for 1000 classes."
         )
-    class_names = [str(name) for name in class_names]
-    if len(class_names) != classes:
-        raise ValueError(
-            f"class_names has {len(class_names)} names but the model has {classes} classes; "
-            "give one name per class, in index order."
-        )
-    return class_names
+    return list(checked_class_names(names, model))
 
 
 def _outputs_logits(model):

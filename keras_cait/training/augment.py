@@ -14,7 +14,7 @@ from keras_cait.preprocessing import IMAGENET_MEAN, IMAGENET_STD
 from keras_cait.training.mixup_cutmix import MixupCutmix
 from keras_cait.training.rand_augment import RandAugment
 from keras_cait.training.random_resized_crop import RandomResizedCrop
-from keras_cait.training.recipe import DEIT
+from keras_cait.training.knobs import DEIT
 
 # The rotation range of timm's RandAugment at magnitude 10 (rotate: ±30°).
 _TIMM_MAX_ROTATION_DEGREES = 30.0
@@ -83,7 +83,7 @@ def random_erasing(probability=0.25):
 
 @dataclasses.dataclass(frozen=True)
 class Augmentation:
-    """DeiT/CaiT's training augmentation; every default is DeiT's (`recipe.DEIT`, which says where
+    """DeiT/CaiT's training augmentation; every default is DeiT's (`knobs.DEIT`, which says where
     each comes from). `Recipe.augmentation(image_size, num_classes)` makes one from a recipe.
 
     Attributes:

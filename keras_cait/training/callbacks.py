@@ -7,6 +7,7 @@ import os
 import keras
 
 from keras_cait.atomic import write_text, written_atomically
+from keras_cait.model import with_class_names
 from keras_cait.training.resume import ResumableBackup
 
 
@@ -23,9 +24,8 @@ def save_model(model, path):
         raise ValueError(f"path={path!r}: must end in .keras, e.g. best.keras.")
     model = getattr(model, "student", model)  # a Distiller saves the model it trains
     # The same layers and variables in an uncompiled model of the same class: nothing copied.
-    bare = type(model)(inputs=model.inputs, outputs=model.outputs, name=model.name)
-    if getattr(model, "class_names", None) is not None:
-        bare.class_names = model.class_names
+    bare = with_class_names(type(model)(inputs=model.inputs, outputs=model.outputs, name=model.name),
+                            getattr(model, "class_names", None))
     with written_atomically(path) as partial:
         bare.save(partial)
 

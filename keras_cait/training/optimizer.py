@@ -3,9 +3,9 @@
 import keras
 
 from keras_cait.layers import ClassToken, PositionEmbedding
-from keras_cait.training.recipe import DEIT
+from keras_cait.training.knobs import DEIT
 
-# The defaults are DeiT's recipe (keras_cait.training.recipe holds its values).
+# The defaults are DeiT's recipe (keras_cait.training.knobs holds its values).
 WEIGHT_DECAY = DEIT.weight_decay
 EPSILON = DEIT.opt_eps  # Keras' AdamW default is 1e-7
 EMA_MOMENTUM = DEIT.model_ema_decay

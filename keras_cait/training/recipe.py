@@ -1,6 +1,7 @@
 """A training recipe as one object: every knob of a run, and the named recipes in one table.
 
-    Recipe            the knobs: optimizer, schedule, augmentation, drop path, EMA, distillation
+    Recipe            every knob (`keras_cait.training.knobs.Knobs`: optimizer, schedule,
+                      augmentation, drop path, EMA, distillation) and what a run builds from them
     RECIPES           deit, deit-highres, transfer, demo
     DEIT              RECIPES["deit"], whose values are the defaults of keras_cait.training
 
@@ -16,113 +17,31 @@ A run writes the recipe it ran to `recipe.json` beside its model (`Recipe.load` 
 """
 
 import dataclasses
-import json
-import math
 
-from keras_cait import atomic
+from keras_cait.training import schedule
+from keras_cait.training.augment import Augmentation
+# What the command line reads of the knobs, here with the recipes.
+from keras_cait.training.knobs import GROUPS, KnobError, Knobs, flag, knobs, out_of_range, shown
+from keras_cait.training.optimizer import adamw
 
-GROUPS = ("optimizer (AdamW)", "schedule", "augmentation", "regularisation", "distillation")
-
-
-def knob(default, help, group, low=None, high=None, choices=None, positive=False):  # noqa: A002  argparse's word
-    """A field of `Recipe`: its default is DeiT's; the rest is what the command line shows and checks
-    (`low`/`high`: the allowed range; `positive`: above 0)."""
-    return dataclasses.field(default=default, metadata=dict(help=help, group=group, low=low, high=high,
-                                                              choices=choices, positive=positive))
+__all__ = ["DEIT", "GROUPS", "RECIPES", "KnobError", "Knobs", "Recipe", "flag", "knobs", "out_of_range", "shown"]
 
 
 @dataclasses.dataclass(frozen=True)
-class Recipe:
-    """Every knob of a training run. The defaults are DeiT's main.py (facebookresearch/deit), which
-    CaiT's training reuses, with CaiT's 400 epochs; `RECIPES` says where each recipe's values come from.
-
-    Learning rates are quoted for a global batch of `lr_batch` images and scaled linearly with
-    the global batch of the run (DeiT's rule). A fine-tuning run with `head_epochs` first trains a
-    new head alone at `head_lr`; `keep_head` keeps a loaded model's head when it predicts the
-    run's classes (DeiT's `--finetune`).
+class Recipe(Knobs):
+    """Every knob of a training run (`Knobs`, whose defaults are DeiT's) and what a run builds
+    from them: the learning rate and its schedule, AdamW, the augmentation.
     """
-
-    # Optimizer: DeiT --opt adamw --lr 5e-4 (per 512 images) --weight-decay 0.05 --opt-eps 1e-8.
-    batch_size: int = knob(64, "batch per replica (GPU); the global batch is this × replicas", "optimizer (AdamW)",
-                           low=1)
-    lr: float = knob(5e-4, "peak learning rate for a global batch of --lr-batch, scaled linearly with the batch",
-                     "optimizer (AdamW)", low=0.0)
-    lr_batch: int = knob(512, "the global batch --lr and --head-lr are quoted for", "optimizer (AdamW)", low=1)
-    weight_decay: float = knob(0.05, "decoupled weight decay (none on biases, norms, LayerScale, pos_embed, "
-                                     "cls_token)", "optimizer (AdamW)", low=0.0)
-    opt_betas: tuple = knob((0.9, 0.999), "AdamW's beta_1 and beta_2", "optimizer (AdamW)", low=0.0, high=1.0)
-    opt_eps: float = knob(1e-8, "AdamW's epsilon (Keras' own default is 1e-7)", "optimizer (AdamW)", low=0.0)
-    clip_grad: float = knob(None, "clip the norm of all gradients taken together (timm's clip_grad_norm_); off "
-                                  "when not given", "optimizer (AdamW)", low=0.0)
-    # Schedule: DeiT --sched cosine --warmup-epochs 5 --warmup-lr 1e-6 --min-lr 1e-5; CaiT 400 epochs.
-    epochs: int = knob(400, "training epochs (after the head epochs)", "schedule", low=0)
-    warmup_epochs: float = knob(5.0, "linear warmup epochs", "schedule", low=0.0)
-    warmup_lr: float = knob(1e-6, "learning rate of the first step", "schedule", low=0.0)
-    min_lr: float = knob(1e-5, "learning rate at the end of the cosine", "schedule", low=0.0)
-    sched: str = knob("epoch", "epoch: one rate per epoch, the warmup laid over the cosine (timm's "
-                               "CosineLRScheduler, DeiT's); step: per step, the warmup before the cosine",
-                      "schedule", choices=("epoch", "step"))
-    head_epochs: int = knob(0, "fine-tuning: epochs training a new head alone, the backbone frozen",
-                            "schedule", low=0)
-    head_lr: float = knob(1e-3, "fine-tuning: learning rate of the head epochs for a global batch of --lr-batch",
-                          "schedule", low=0.0)
-    keep_head: bool = knob(False, "fine-tuning: keep a loaded model's head when it predicts the data's classes",
-                           "schedule")
-    # Augmentation: DeiT --aa rand-m9-mstd0.5-inc1 --reprob 0.25 --mixup 0.8 --cutmix 1.0
-    # --mixup-switch-prob 0.5 --smoothing 0.1 --repeated-aug (3 copies).
-    randaugment: float = knob(9.0, "RandAugment magnitude of 10, 0 disables", "augmentation", low=0.0, high=10.0)
-    reprob: float = knob(0.25, "random erasing probability", "augmentation", low=0.0, high=1.0)
-    mixup: float = knob(0.8, "mixup alpha, 0 disables", "augmentation", low=0.0)
-    cutmix: float = knob(1.0, "cutmix alpha, 0 disables", "augmentation", low=0.0)
-    mixup_switch_prob: float = knob(0.5, "probability of cutmix when both are on", "augmentation", low=0.0, high=1.0)
-    repeated_aug: int = knob(3, "augmented copies of each image per epoch, 1 disables", "augmentation", low=1)
-    smoothing: float = knob(0.1, "label smoothing", "augmentation", low=0.0, high=0.99)
-    # Regularisation: DeiT-S --drop-path 0.1 (CaiT's S models 0.1); --model-ema-decay 0.99996.
-    drop_path: float = knob(0.1, "stochastic depth rate, the same in every block", "regularisation",
-                            low=0.0, high=0.99)
-    model_ema: bool = knob(True, "keep a moving average of the weights, saved as ema.keras; best.keras and "
-                                 "final.keras keep the raw weights", "regularisation")
-    model_ema_decay: float = knob(0.99996, "EMA decay per step", "regularisation", low=0.0, high=1.0)
-    # Distillation: DeiT --distillation-type none --distillation-alpha 0.5 --distillation-tau 1.0.
-    distillation_type: str = knob("none", "hard: cross-entropy with the teacher's class; soft: KL at "
-                                          "--distillation-tau (needs --teacher)", "distillation",
-                                  choices=("none", "soft", "hard"))
-    distillation_alpha: float = knob(0.5, "weight of the distillation term", "distillation", low=0.0, high=1.0)
-    distillation_tau: float = knob(1.0, "temperature of soft distillation", "distillation", positive=True)
-
-    def __post_init__(self):
-        if isinstance(self.opt_betas, list):  # as JSON gives it back
-            object.__setattr__(self, "opt_betas", tuple(self.opt_betas))
-        for field in dataclasses.fields(self):
-            problem = out_of_range(field, getattr(self, field.name))
-            if problem:
-                raise RecipeError(field.name, getattr(self, field.name), problem)
-
-    def replace(self, **changes):
-        """A copy with `changes`, e.g. `RECIPES["deit"].replace(epochs=30)`; a knob out of its range
-        is refused (`RecipeError`) with this recipe's value as the example."""
-        unknown = sorted(set(changes) - {field.name for field in dataclasses.fields(self)})
-        if unknown:
-            raise TypeError(f"Recipe has no knob {', '.join(unknown)}; its knobs: {', '.join(knobs())}.")
-        for name, value in changes.items():
-            problem = out_of_range(_field(name), value, example=getattr(self, name) or None)
-            if problem:
-                raise RecipeError(name, value, problem)
-        return dataclasses.replace(self, **changes)
 
     # === What a run builds from it ===
 
     def peak_lr(self, global_batch, head=False):
         """The peak rate of a run with `global_batch` images per step (the head's with `head`)."""
-        from keras_cait.training.schedule import scaled_learning_rate
-
-        return scaled_learning_rate(global_batch, self.head_lr if head else self.lr, self.lr_batch)
+        return schedule.scaled_learning_rate(global_batch, self.head_lr if head else self.lr, self.lr_batch)
 
     def learning_rate(self, global_batch, steps_per_epoch, head=False):
         """The rate schedule of the whole-network epochs (or, with `head`, of the head epochs: a
         cosine over them without warmup)."""
-        from keras_cait.training import schedule
-
         peak = self.peak_lr(global_batch, head)
         minimum = min(self.min_lr, peak)
         if head:
@@ -135,8 +54,6 @@ class Recipe:
 
     def optimizer(self, model, global_batch, steps_per_epoch, head=False):
         """AdamW on `model` (DeiT's decay set) with the recipe's schedule, clipping and EMA."""
-        from keras_cait.training.optimizer import adamw
-
         beta_1, beta_2 = self.opt_betas
         return adamw(model, self.learning_rate(global_batch, steps_per_epoch, head), weight_decay=self.weight_decay,
                      beta_1=beta_1, beta_2=beta_2, epsilon=self.opt_eps, global_clipnorm=self.clip_grad,
@@ -144,78 +61,10 @@ class Recipe:
 
     def augmentation(self, image_size, num_classes):
         """The per-image and per-batch augmentation (`training_stream` takes it)."""
-        from keras_cait.training.augment import Augmentation
-
         return Augmentation(image_size=image_size, num_classes=num_classes, rand_augment_magnitude=self.randaugment,
                             random_erasing=self.reprob, mixup_alpha=self.mixup, cutmix_alpha=self.cutmix,
                             switch_prob=self.mixup_switch_prob, label_smoothing=self.smoothing,
                             repeats=self.repeated_aug)
-
-    # === As a file ===
-
-    def as_dict(self):
-        return {field.name: _plain(getattr(self, field.name)) for field in dataclasses.fields(self)}
-
-    def save(self, path, name=None):
-        """Writes the recipe as readable JSON (`{"recipe": name, "lr": ...}`), put in place whole."""
-        atomic.write_text(path, json.dumps({"recipe": name, **self.as_dict()}, indent=2) + "\n")
-
-    @classmethod
-    def load(cls, path):
-        """The recipe of a `recipe.json` (a run's, or one written by `save`)."""
-        with open(path) as file:
-            values = json.load(file)
-        values.pop("recipe", None)
-        return cls(**values)
-
-
-class RecipeError(ValueError):
-    """A knob out of its range: `knob`, its `value` and the `problem` ('must be at least 0, e.g. 0.05')."""
-
-    def __init__(self, knob, value, problem):
-        super().__init__(f"Recipe {knob}={value!r}: {problem}.")
-        self.knob, self.value, self.problem = knob, value, problem
-
-
-def _field(name):
-    return next(field for field in dataclasses.fields(Recipe) if field.name == name)
-
-
-def knobs():
-    return [field.name for field in dataclasses.fields(Recipe)]
-
-
-def flag(name):
-    """The command-line flag of a knob: `warmup_epochs` -> `--warmup-epochs`."""
-    return "--" + name.replace("_", "-")
-
-
-def out_of_range(field, value, example=None):
-    """What is wrong with `value` for the knob `field` ('' if nothing), e.g. 'must be at least 0,
-    e.g. 0.05' (the example: `example`, else DeiT's value)."""
-    low, high, choices = field.metadata["low"], field.metadata["high"], field.metadata["choices"]
-    if choices is not None:
-        return "" if value in choices else f"must be one of {', '.join(choices)}"
-    positive = field.metadata["positive"]
-    if value is None or isinstance(value, bool) or (low is None and high is None and not positive):
-        return ""
-    for item in value if isinstance(value, (tuple, list)) else (value,):
-        if not math.isfinite(item) or (positive and item <= 0) or (low is not None and item < low) or (
-                high is not None and item > high):
-            allowed = "positive" if positive else f"at least {low:g}" if high is None else \
-                f"between {low:g} and {high:g}"
-            example = field.default if example is None else example
-            return f"must be {allowed}" + ("" if example is None else f", e.g. {shown(example)}")
-    return ""
-
-
-def shown(value):
-    """A number or a pair of numbers as the command line takes it: 0.9 0.999."""
-    return " ".join(f"{item:g}" for item in value) if isinstance(value, (tuple, list)) else f"{value:g}"
-
-
-def _plain(value):
-    return list(value) if isinstance(value, tuple) else value
 
 
 DEIT = Recipe()

@@ -35,12 +35,13 @@ import shlex
 import keras
 
 from keras_cait.atomic import written_atomically
-from keras_cait.model import CaiTModel, build_cait
+from keras_cait.model import build_cait, class_count, with_class_names
 from keras_cait.training import distribute, lora, resume, sources, stream, transfer
 from keras_cait.training.callbacks import best_record_path, run_callbacks, save_model, tensorboard_installed
 from keras_cait.training.distillation import Distiller
 from keras_cait.training.recipe import RECIPES
-from keras_cait.variants import cait, parse_model_name
+from keras_cait import variants
+from keras_cait.variants import cait
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 # The arguments of a run that change how it goes, not what it trains: a rerun may change them.
@@ -259,7 +260,7 @@ def default_image_size(model):
     own, else the side of the checkpoint the model name loads."""
     if isinstance(model, keras.Model):
         return _square_side(model)
-    return parse_model_name(model)[1] or 224
+    return variants.default_image_size(model)
 
 
 def _square_side(model):
@@ -311,10 +312,7 @@ def _classifier(model, weights, recipe, image_size, precision, class_names):
     if recipe.keep_head and backbone.output_shape[-1] == len(class_names) and transfer.HEAD_NAME in [
         layer.name for layer in backbone.layers
     ]:
-        if not isinstance(backbone, CaiTModel):  # a .keras file of a plain keras.Model
-            backbone = CaiTModel(backbone.inputs, backbone.outputs, name=backbone.name)
-        backbone.class_names = class_names
-        return backbone
+        return with_class_names(backbone, class_names)  # a .keras file may hold a plain keras.Model
     return transfer.with_new_head(backbone, len(class_names), name="cait_finetuned", class_names=class_names)
 
 
@@ -501,8 +499,8 @@ def train(model, data, output_dir, *, recipe=None, val_data=None, class_names=No
     if run.record.finished("train"):
         return _finished_earlier(run, final)
     with distribution.scope():
-        classifier = _new_model(model, recipe, image_size, data.train.num_classes)
-        classifier.class_names = data.train.class_names
+        classifier = with_class_names(_new_model(model, recipe, image_size, data.train.num_classes),
+                                      data.train.class_names)
         fitted = _fitted(classifier, recipe, _teacher(teacher, recipe, data.train.num_classes))
     run.compile(fitted, jit_compile=jit_compile)
     run.announce()
@@ -642,7 +640,8 @@ def evaluate(model, data, *, weights="imagenet", class_names=None, tfds_dir=None
         image_size = image_size or default_image_size(model)
         classifier = _variant(model, weights, input_shape=(image_size, image_size, 3))
     named = model if isinstance(model, (str, os.PathLike)) else classifier.name
-    classes = classifier.output_shape[-1]
+    with _about("model", named, ValueError):
+        classes = class_count(classifier)
     if classes != source.num_classes:
         raise RunError(f"model={named!r} predicts {classes} classes but data={_given(data)!r} has "
                        f"{source.num_classes}; evaluate on data with the model's classes in the same (sorted) "

@@ -9,9 +9,9 @@ import math
 import keras
 from keras import ops
 
-from keras_cait.training.recipe import DEIT
+from keras_cait.training.knobs import DEIT
 
-# The defaults are DeiT's recipe (keras_cait.training.recipe holds its values).
+# The defaults are DeiT's recipe (keras_cait.training.knobs holds its values).
 BASE_LEARNING_RATE = DEIT.lr
 REFERENCE_BATCH_SIZE = DEIT.lr_batch
 WARMUP_LEARNING_RATE = DEIT.warmup_lr

@@ -7,7 +7,7 @@ import keras
 from keras_cait.layers import PatchEmbedding, PositionEmbedding
 from keras_cait.layers.initializers import linear_kernel
 from keras_cait.layers.position_embedding import resize_position_embedding
-from keras_cait.model import CaiTModel, float32_if_mixed
+from keras_cait.model import CaiTModel, has_dtype_policy, layer_dtype, with_class_names
 
 HEAD_NAME = "predictions"
 _FEATURE_LAYERS = ("token_pool", "avg_pool")
@@ -47,11 +47,9 @@ def with_new_head(model, classes, classifier_activation="softmax", name=None, cl
         activation=classifier_activation,
         kernel_initializer=linear_kernel(),
         name=HEAD_NAME,
-        dtype=float32_if_mixed(keras.config.dtype_policy()),
+        dtype=layer_dtype(HEAD_NAME, keras.config.dtype_policy()),
     )
-    classifier = CaiTModel(model.inputs, head(features), name=name or model.name)
-    classifier.class_names = class_names
-    return classifier
+    return with_class_names(CaiTModel(model.inputs, head(features), name=name or model.name), class_names)
 
 
 def set_backbone_trainable(model, trainable):
@@ -111,11 +109,6 @@ def at_resolution(model, image_size):
     return _rebuilt(model, resize, {PositionEmbedding: position_embedding})
 
 
-# The layers that `build_cait` and `with_new_head` keep float32 under a mixed policy.
-_FLOAT32_UNDER_MIXED = {"position_embedding", "class_token", "final_norm", "token_pool", "avg_pool",
-                        HEAD_NAME}
-
-
 def with_dtype_policy(model, policy):
     """The same CaiT computing under `policy` (e.g. "mixed_bfloat16"), with the weights of `model`.
 
@@ -127,16 +120,13 @@ def with_dtype_policy(model, policy):
     under `policy` is returned as it is.
     """
     policy = keras.dtype_policies.get(policy).name
-    stream = float32_if_mixed(policy)
 
     def repolicy(layer_config):
         if layer_config["class_name"] == "InputLayer" or "dtype" not in layer_config["config"]:
             return
-        pinned = layer_config["config"]["name"] in _FLOAT32_UNDER_MIXED
-        layer_config["config"]["dtype"] = stream if pinned else policy
+        layer_config["config"]["dtype"] = layer_dtype(layer_config["config"]["name"], policy)
 
-    if all(layer.dtype_policy.name == (stream if layer.name in _FLOAT32_UNDER_MIXED else policy)
-           for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)):
+    if has_dtype_policy(model, policy):
         return model
     return _rebuilt(model, repolicy)
 

@@ -2,7 +2,6 @@
 
 import collections
 import os
-import warnings
 
 import keras
 import numpy as np
@@ -10,15 +9,15 @@ import numpy as np
 from keras_cait.weights.convert import (
     checkpoint_grid, load_state_dict, nonfinite_error, read_checkpoint, timm_key_map,
 )
-from keras_cait.weights.download import DownloadError, cache_dir, imagenet_weights, remove_entry
+from keras_cait.weights.download import DownloadError, cache_dir, cached_checkpoint, size_bound, with_imagenet_checkpoint
 from keras_cait.weights.registry import CHECKPOINTS
 
 __all__ = [
     "CHECKPOINTS",
     "DownloadError",
     "cache_dir",
+    "cached_checkpoint",
     "checkpoint_grid",
-    "imagenet_weights",
     "load_imagenet_weights",
     "load_state_dict",
     "load_weights_file",
@@ -104,22 +103,17 @@ def load_weights_file(model, path, allow_nonfinite=False, source_grid=None):
                         allow_nonfinite=allow_nonfinite, source_grid=source_grid or checkpoint_grid(path))
 
 
-def load_imagenet_weights(model, arch, build_reference_model):
-    """Loads the cached (else downloaded) ImageNet weights of `arch` into `model`.
+def load_imagenet_weights(model, arch, head=None):
+    """Loads the ImageNet checkpoint `arch` (e.g. "cait_s24_224") into `model`, strictly, through
+    timm's key map; its position embedding is resized bicubically where `model` takes another size.
 
-    A cache entry that does not fit `arch` (another variant's file put there) is
-    removed and downloaded again, once; `build_reference_model` is as for
-    `imagenet_weights`.
+    The checkpoint is timm's `model.safetensors`, fetched once and verified
+    (`download.with_imagenet_checkpoint`: the Hugging Face cache, else
+    keras_cait's). `head`: a Dense layer outside `model` that takes the
+    checkpoint's 1000-class head (keras-hub's classifier); without it the head
+    goes into `model`'s own, or is left out where `model` has none.
     """
-    path = imagenet_weights(arch, build_reference_model)
-    try:
-        _check_keras_weights_fit(model, path)
-    except ValueError as error:
-        warnings.warn(
-            f"The cached weights {path} do not fit {arch} ({error}); removing them and "
-            "downloading again.",
-            stacklevel=2,
-        )
-        remove_entry(path)
-        path = imagenet_weights(arch, build_reference_model)
-    load_weights_file(model, path)
+    def load(path, source):
+        load_state_dict(model, read_checkpoint(path), source=source, head=head)
+
+    with_imagenet_checkpoint(arch, size_bound(model, arch), load)

@@ -51,11 +51,13 @@ def _layers_named(model, prefix):
     )
 
 
-def timm_key_map(model):
+def timm_key_map(model, head=None):
     """Yields `(timm key, Keras variable, transform)` for every weight of `model`.
 
     `transform` turns the timm array into the Keras layout (None: as it is).
-    The head (`head.*`) is listed only when the model has one.
+    The head (`head.*`) is listed only when the model has one (its `predictions`
+    layer), or `head` is given: a Dense layer kept outside the model, as
+    keras-hub's classifier keeps it beside its backbone.
     """
     yield "patch_embed.proj.weight", model.get_layer("patch_embedding").projection.kernel, _conv
     yield "patch_embed.proj.bias", model.get_layer("patch_embedding").projection.bias, None
@@ -76,8 +78,10 @@ def timm_key_map(model):
             ("v", attention.value),
         ])
     yield from _norm("norm", model.get_layer("final_norm"))
-    if any(layer.name == "predictions" for layer in model.layers):
-        yield from _dense("head", model.get_layer("predictions"))
+    if head is None:
+        head = next((layer for layer in model.layers if layer.name == "predictions"), None)
+    if head is not None:
+        yield from _dense("head", head)
 
 
 def _describe(keys, limit=8):
@@ -96,8 +100,9 @@ def nonfinite_error(names, source):
     )
 
 
-def load_state_dict(model, state_dict, source="checkpoint", allow_nonfinite=False, source_grid=None):
-    """Assigns a timm-named state_dict (name -> numpy array) to `model`, strictly.
+def load_state_dict(model, state_dict, source="checkpoint", allow_nonfinite=False, source_grid=None, head=None):
+    """Assigns a timm-named state_dict (name -> numpy array) to `model` (and `head`, as
+    `timm_key_map` takes it), strictly.
 
     Every key of the map must be present with the right shape, and no other key
     may be present (the head's keys are allowed when the model has no head).
@@ -111,7 +116,7 @@ def load_state_dict(model, state_dict, source="checkpoint", allow_nonfinite=Fals
         ValueError: naming the missing, unexpected, wrongly shaped or
             non-finite keys.
     """
-    key_map = list(timm_key_map(model))
+    key_map = list(timm_key_map(model, head))
     expected = {key for key, _, _ in key_map}
     missing = expected - set(state_dict)
     has_head = "head.weight" in expected

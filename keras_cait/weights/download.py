@@ -1,10 +1,12 @@
-"""Downloading, verifying, converting and caching the ImageNet checkpoints.
+"""Downloading, verifying and caching the ImageNet checkpoints: the one way `weights="imagenet"`
+and keras-hub's presets get them (`with_imagenet_checkpoint`).
 
-Nothing unverified or half-done ever reaches the cache: the download goes to a
-temporary file beside it, is checked (sha256, size, exact keys and shapes),
-converted, written to another temporary file and only then renamed into place.
-The sha256 is the pinned one, else the one the hub itself sends before the
-redirect to its CDN; without either nothing is downloaded.
+The cache holds timm's `model.safetensors` itself, as the Hugging Face cache does, under
+`cache_dir()` as `<arch>.fb_dist_in1k.safetensors`; every load puts it into the model through
+timm's key map. Nothing unverified or half-done ever reaches the cache: the download goes to a
+temporary file beside it, is checked (sha256, size, then exact keys and shapes as it loads into
+the model) and only then renamed into place. The sha256 is the pinned one, else the one the hub
+itself sends before the redirect to its CDN; without either nothing is downloaded.
 
 Every download is bounded: it stops within one byte of the size the server
 declares (`X-Linked-Size`, else `Content-Length`), or of the variant's own
@@ -20,7 +22,7 @@ verified result.
 This follows huggingface_hub's protocol with the standard library rather than
 depending on it: the download is one file, and the package keeps to its few
 core dependencies. Where huggingface_hub is installed, the file comes through
-its cache instead, the one timm fills (`hf_cache`); `fetch` chooses.
+its cache instead, the one timm fills (`hf_cache`); `with_imagenet_checkpoint` chooses.
 """
 
 import contextlib
@@ -40,7 +42,6 @@ import keras
 
 from keras_cait import atomic
 from keras_cait.weights import hf_cache, registry
-from keras_cait.weights.convert import load_state_dict, read_checkpoint
 
 try:
     import fcntl
@@ -52,6 +53,8 @@ _MAX_REDIRECTS = 5
 # Seconds one connect or one read may wait for the server before the download fails.
 TIMEOUT_SECONDS = 60
 _LOCK_POLL_SECONDS = 0.1
+# Every released checkpoint's head classifies the 1000 ImageNet classes.
+IMAGENET_CLASSES = 1000
 
 
 class DownloadError(ConnectionError):
@@ -268,37 +271,45 @@ def download(arch, destination, max_bytes=None):
     return url
 
 
-def size_bound(model):
-    """The most bytes a checkpoint of `model` takes: its float32 weights + 1 % (the header)."""
-    parameters = sum(int(keras.ops.size(weight)) for weight in model.weights)
+def size_bound(model, arch):
+    """The most bytes `arch`'s checkpoint takes, from `model` of its variant (at any input size,
+    with or without a head): 4 bytes a parameter of the model with the checkpoint's position
+    embedding and its 1000-class head, + 1 % (the header)."""
+    width = model.get_layer("final_norm").gamma.shape[0]
+    grid = registry.CHECKPOINTS[arch]["resolution"] // model.get_layer("patch_embedding").patch_size
+    replaced = {id(weight) for layer in model.layers if layer.name in ("position_embedding", "predictions")
+                for weight in layer.weights}
+    parameters = sum(int(keras.ops.size(weight)) for weight in model.weights if id(weight) not in replaced)
+    parameters += grid * grid * width + (width + 1) * IMAGENET_CLASSES
     return 4 * parameters * 101 // 100
 
 
-def fetch(arch, destination, max_bytes):
-    """(path, description) of `arch`'s verified model.safetensors.
+def cache_entry(arch):
+    """Where keras_cait's own cache keeps `arch`'s verified model.safetensors."""
+    return os.path.join(cache_dir(), f"{arch}.{registry.TAG}.safetensors")
 
-    Through the Hugging Face cache where huggingface_hub is installed and
-    KERAS_CAIT_HUB_URL is not set (`hf_cache`); else downloaded to
-    `destination` by `download`, at most `max_bytes`.
-    """
+
+def cached_checkpoint(arch):
+    """The path of `arch`'s checkpoint where a cache holds it (the Hugging Face cache where
+    huggingface_hub is installed, else keras_cait's), else None; nothing is asked of the network."""
     huggingface_hub = hf_cache.huggingface_hub_or_none()
     if huggingface_hub is not None:
-        return hf_cache.checkpoint(huggingface_hub, arch)
-    return destination, f"file downloaded from {download(arch, destination, max_bytes=max_bytes)}"
+        return hf_cache.cached(huggingface_hub, arch)
+    return cache_entry(arch) if os.path.isfile(cache_entry(arch)) else None
 
 
 def _usable_cache(path):
-    """Whether the cached `path` is a complete HDF5 file; anything else there is removed."""
-    import h5py
+    """Whether the cached `path` is a safetensors file whose header reads; anything else there
+    is removed."""
+    from safetensors import safe_open
 
     if not os.path.lexists(path):
         return False
     if os.path.isfile(path):
         try:
-            with h5py.File(path, "r") as file:
-                file.visititems(lambda name, item: None)
-            return True
-        except OSError as error:
+            with safe_open(path, framework="numpy"):
+                return True
+        except Exception as error:  # safetensors' own error type is not public
             problem = f"are unreadable ({error})"
     else:
         problem = "are not a file"
@@ -384,30 +395,36 @@ def _writable_cache(directory, arch):
         ) from error
 
 
-def imagenet_weights(arch, build_reference_model):
-    """Path of the cached Keras weights of `arch`, downloading and converting once.
+def with_imagenet_checkpoint(arch, max_bytes, load):
+    """Calls `load(path, description)` with `arch`'s verified model.safetensors, fetched once.
 
-    An entry that is unreadable or not a file is removed and downloaded again
-    (one that does not fit its variant: `keras_cait.weights.load_imagenet_weights`).
+    Through the Hugging Face cache where huggingface_hub is installed and
+    KERAS_CAIT_HUB_URL is not set (`hf_cache`); else from keras_cait's cache
+    (`cache_entry`), where a download (`download`, at most `max_bytes`) enters
+    only once `load` took it: every key and shape fitted. A cache entry that is
+    unreadable, not a file, or that `load` refuses (another variant's file) is
+    removed and downloaded again, once.
 
     Args:
         arch: a key of `registry.CHECKPOINTS`, e.g. "cait_s24_224".
-        build_reference_model: returns the full model at the checkpoint's own
-            resolution, into which the checkpoint is converted and saved.
+        max_bytes: the most the file can hold (`size_bound`).
+        load: puts the checkpoint into a model; raises ValueError where it does not fit.
     """
-    directory = cache_dir()
-    target = os.path.join(directory, f"{arch}.{registry.TAG}.weights.h5")
+    huggingface_hub = hf_cache.huggingface_hub_or_none()
+    if huggingface_hub is not None:
+        return load(*hf_cache.checkpoint(huggingface_hub, arch))
+    target = cache_entry(arch)
     if _usable_cache(target):
-        return target
-    _writable_cache(directory, arch)
+        try:
+            return load(target, f"cached file {target}")
+        except ValueError as error:
+            warnings.warn(f"The cached weights {target} do not fit {arch} ({error}); removing them and "
+                          "downloading again.", stacklevel=3)
+            remove_entry(target)
+    _writable_cache(cache_dir(), arch)
     with one_download_at_a_time(target):
         if _usable_cache(target):  # another process filled it while this one waited
-            return target
-        # The checkpoint is read by its suffix, so it keeps `.safetensors` in the workspace.
-        with atomic.written_atomically(target) as converted:
-            downloaded = converted.removesuffix(".weights.h5") + ".safetensors"
-            model = build_reference_model()
-            checkpoint, source = fetch(arch, downloaded, max_bytes=size_bound(model))
-            load_state_dict(model, read_checkpoint(checkpoint), source=source)
-            model.save_weights(converted)
-    return target
+            return load(target, f"cached file {target}")
+        with atomic.written_atomically(target) as partial:
+            url = download(arch, partial, max_bytes=max_bytes)
+            return load(partial, f"file downloaded from {url}")

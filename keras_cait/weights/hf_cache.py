@@ -10,11 +10,11 @@ no network) and `HF_TOKEN`.
 huggingface_hub names each cached blob after the sha256 the hub sent in
 `X-Linked-Etag` (`<cache>/models--timm--<arch>.fb_dist_in1k/blobs/<sha256>`)
 but does not check the bytes against it. keras_cait does, before the file is
-converted: against the pinned sha256 where `registry.CHECKPOINTS` has one,
+loaded: against the pinned sha256 where `registry.CHECKPOINTS` has one,
 else against the blob's name. A blob whose bytes do not match its name is
 removed from the cache (with its snapshot link) and refused, so that neither
 keras_cait nor timm loads it again. The key set and shapes are checked next,
-by the conversion (`download.imagenet_weights`).
+as it loads (`keras_cait.weights.load_state_dict`).
 
 A file not cached is asked for only once the hub answers one TCP connect
 (`unreachable`): without network huggingface_hub would retry its request five
@@ -211,11 +211,15 @@ def _unreachable_hub(huggingface_hub, arch):
     """
     from huggingface_hub import constants
 
-    if constants.HF_HUB_OFFLINE or not _own_http_client():
-        return None
-    if isinstance(huggingface_hub.try_to_load_from_cache(repo_id(arch), FILENAME), str):
+    if constants.HF_HUB_OFFLINE or not _own_http_client() or cached(huggingface_hub, arch):
         return None
     return unreachable(constants.ENDPOINT)
+
+
+def cached(huggingface_hub, arch):
+    """The path of `arch`'s model.safetensors in the Hugging Face cache, else None (nothing asked)."""
+    path = huggingface_hub.try_to_load_from_cache(repo_id(arch), FILENAME)
+    return path if isinstance(path, str) else None
 
 
 def _not_cached(arch, cache, reason):

@@ -26,7 +26,7 @@ def test_the_profiles_name_the_ops_that_ran(tmp_path):
     # The SavedModel's projections ran as oneDNN's fused MatMul + BiasAdd (+ GELU), in float32.
     assert "smoke bs2, SavedModel serving_default, float32" in float32
     assert re.search(r"\| _MklNativeFusedMatMul \| \d+\.\d\d \| \d+ % \| \d+ \|", float32)
-    bfloat16 = profile("--precision", "bfloat16", workdir=tmp_path)
+    bfloat16 = profile("--compute-dtype", "bfloat16", workdir=tmp_path)
     assert "SavedModel serving_default, bfloat16" in bfloat16
     assert "| Cast |" in bfloat16 and "| Cast |" not in float32
     openvino = profile("--openvino", "f32", workdir=tmp_path)

@@ -121,6 +121,48 @@ def test_every_command_takes_every_form_of_a_model_name(command, name, tmp_path)
     assert "missing" in str(error.value) and "Unknown CaiT model" not in str(error.value)
 
 
+class _Built(Exception):
+    """Raised by the stand-in for build_cait: the model would have been built here."""
+
+
+@pytest.mark.parametrize("name, side", [("cait_xs24", 384), ("cait_s36", 384), ("cait_m48", 448), ("S24", 224)])
+def test_a_named_model_runs_at_one_size_in_every_command_the_size_weights_imagenet_loads(
+    name, side, digits, tmp_path, monkeypatch
+):
+    """cait_xs24 has one checkpoint, at 384: predict, evaluate, finetune and CaiT_XS24() all build
+    it at 384 (evaluate once built it at 224 and resized the 384 checkpoint)."""
+    from keras_cait import variants
+
+    built = []
+
+    def build_cait(**arguments):
+        built.append(tuple(arguments["input_shape"]))
+        raise _Built
+
+    monkeypatch.setattr(variants, "build_cait", build_cait)
+    folder = digits(tmp_path / "digits", per_class=1, classes=range(2))
+    image = os.path.join(folder, "0", sorted(os.listdir(os.path.join(folder, "0")))[0])
+    commands = {
+        "constructor": lambda: variants.cait(name),
+        "predict": lambda: main(["predict", image, "--model", name, "--weights", "none"]),
+        "evaluate": lambda: main(["evaluate", "--data", folder, "--model", name, "--weights", "none"]),
+        "finetune": lambda: main(["finetune", "--data", folder, "--output-dir", str(tmp_path / "run"),
+                                  "--model", name, "--weights", "none", "--precision", "float32", "--batch-size", "1",
+                                  "--val-fraction", "0"]),
+    }
+    try:
+        for command in commands.values():
+            with pytest.raises(_Built):
+                command()
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+    assert dict(zip(commands, built)) == dict.fromkeys(commands, (side, side, 3))
+    assert variants.default_image_size(name) == side
+    checkpoint = variants.select_checkpoint(variants.parse_model_name(name)[0], side, side)
+    assert variants.CHECKPOINTS[checkpoint]["resolution"] == side, "the checkpoint loads unresized"
+
+
 def test_train_finetune_and_evaluate_are_subcommands_with_their_own_flags(capsys):
     with pytest.raises(SystemExit) as done:
         main(["--help"])
@@ -208,4 +250,17 @@ def test_a_keras_file_with_weights_is_refused_naming_both(saved_classifier, tmp_
         main(["export", str(tmp_path / "serving" / "1"), "--model", path, "--weights", "none"])
     error = capsys.readouterr().err
     assert f"--weights none applies to a CaiT name; --model {path} holds its own weights" in error
+    assert not (tmp_path / "serving").exists()
+
+
+def test_a_keras_file_without_class_scores_is_refused_by_predict_and_export(tiny_cait, tmp_path, capsys):
+    path = str(tmp_path / "headless.keras")
+    tiny_cait(include_top=False).save(path)  # the token sequence
+    image = str(tmp_path / "noise.png")
+    Image.fromarray(np.random.default_rng(1).integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(image)
+
+    for arguments in (["predict", image], ["export", str(tmp_path / "serving" / "1")]):
+        with pytest.raises(SystemExit):
+            main([*arguments, "--model", path])
+        assert f"--model {path!r}: cait outputs (None, 5, 64), not class scores (batch, classes)" in capsys.readouterr().err
     assert not (tmp_path / "serving").exists()

@@ -81,19 +81,21 @@ class TestData:
 
 
 class TestStartingPoint:
-    def test_cached_imagenet_weights_are_used(self, tmp_path, monkeypatch):
+    def test_cached_imagenet_weights_are_used(self, tmp_path, monkeypatch, timm_checkpoint):
         from keras_cait import CaiT_XXS24
+        from keras_cait.weights.download import cache_entry
 
         monkeypatch.setenv("KERAS_HOME", str(tmp_path))
+        monkeypatch.setenv(registry.HUB_URL_ENV, "http://127.0.0.1:9")  # keras_cait's own cache
         available, why = demo.imagenet_weights_available()
         if available:
             pytest.fail(f"the probe should fail without a cache here, but says: {why}")
 
-        # A stand-in for the converted ImageNet checkpoint, where cache_dir() keeps it.
-        reference = CaiT_XXS24(weights=None)
-        cache = tmp_path / "models" / "keras_cait"
-        cache.mkdir(parents=True)
-        reference.save_weights(cache / f"{demo.IMAGENET_ARCH}.{registry.TAG}.weights.h5")
+        # A stand-in for the ImageNet checkpoint, where keras_cait's cache keeps it.
+        os.makedirs(os.path.dirname(cache_entry(demo.IMAGENET_ARCH)))
+        with open(cache_entry(demo.IMAGENET_ARCH), "wb") as file:
+            file.write(timm_checkpoint(demo.IMAGENET_ARCH)[1])
+        reference = CaiT_XXS24(weights=cache_entry(demo.IMAGENET_ARCH))
         assert demo.imagenet_weights_available()[0]
 
         model = demo.build_model("imagenet", demo.STARTS["imagenet"])

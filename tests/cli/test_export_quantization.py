@@ -33,9 +33,9 @@ def test_top_k_is_refused_for_openvino(tmp_path):
 
 @pytest.mark.parametrize("output, exporter, options", [
     ("serving/cait/1", "export_saved_model", {"quantization": "int4", "overwrite": False, "top_k": 5,
-                                              "precision": "float32", "jit_compile": False}),
+                                              "compute_dtype": "float32", "jit_compile": False}),
     ("serving/cait/2", "export_saved_model", {"quantization": None, "overwrite": False, "top_k": 5,
-                                              "precision": "bfloat16", "jit_compile": True}),
+                                              "compute_dtype": "bfloat16", "jit_compile": True}),
     ("cait.onnx", "export_onnx", {"quantization": "int8", "overwrite": False}),
     ("cait.tflite", "export_litert", {"quantization": "dynamic_int8", "overwrite": False}),
     ("cait.xml", "export_openvino", {"quantization": None, "overwrite": True}),
@@ -55,7 +55,7 @@ def test_each_output_goes_to_its_exporter(output, exporter, options, tmp_path, m
                             lambda *args, name=row.exporter, **kwargs: called.append((name, args, kwargs)))
     path = str(tmp_path / output)
     flags = [f"--quantization={options['quantization']}"] if options["quantization"] else []
-    flags += [f"--precision={options['precision']}"] if options.get("precision", "float32") != "float32" else []
+    flags += [f"--compute-dtype={options['compute_dtype']}"] if options.get("compute_dtype", "float32") != "float32" else []
     flags += ["--jit"] if options.get("jit_compile") else []
     main(["export", path, "--weights", "none", *flags, *(["--overwrite"] if options["overwrite"] else [])])
     assert called == [(exporter, (model, path), options)]
@@ -83,3 +83,21 @@ def test_top_k_is_refused_for_every_file_format_naming_them(tmp_path):
                                              r"SavedModel version folder\."):
             main(["export", str(tmp_path / f"cait{suffix}"), "--top-k", "3"])
     assert os.listdir(tmp_path) == []
+
+
+def test_precision_is_a_dtype_policy_and_export_takes_a_compute_dtype(tmp_path, capsys):
+    """`--precision` is a Keras dtype policy wherever it appears (train, finetune, evaluate); the
+    dtype the exported graph computes in is export's `--compute-dtype`, export_saved_model's
+    `compute_dtype`."""
+    from keras_cait.cli import runs
+
+    for parser in (runs.train_parser(), runs.finetune_parser(), runs.evaluate_parser()):
+        assert "--precision {float32,mixed_float16,mixed_bfloat16}" in parser.format_help()
+    with pytest.raises(SystemExit):
+        main(["export", str(tmp_path / "serving" / "1"), "--precision", "bfloat16",
+              "--model", str(tmp_path / "missing.keras")])
+    assert "unrecognized arguments: --precision bfloat16" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["export", "--help"])
+    assert "--compute-dtype {float32,bfloat16}" in capsys.readouterr().out
+    assert not (tmp_path / "serving").exists()

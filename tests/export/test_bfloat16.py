@@ -1,5 +1,5 @@
-"""export_saved_model(..., precision="bfloat16"): bfloat16 matmuls, float32 in and out, the same three
-signatures, read by TensorFlow's loader alone; `keras-cait export --precision bfloat16`."""
+"""export_saved_model(..., compute_dtype="bfloat16"): bfloat16 matmuls, float32 in and out, the same three
+signatures, read by TensorFlow's loader alone; `keras-cait export --compute-dtype bfloat16`."""
 
 import json
 import os
@@ -56,19 +56,19 @@ def matmul_dtypes(path):
 def exported(tmp_path_factory):
     root = tmp_path_factory.mktemp("bf16")
     model = small_model(seed=3, classes=10)
-    paths = {precision: str(root / precision / "1") for precision in ("float32", "bfloat16")}
-    for precision, path in paths.items():
-        export_saved_model(model, path, precision=precision, class_names=[f"class {i}" for i in range(10)])
+    paths = {dtype: str(root / dtype / "1") for dtype in ("float32", "bfloat16")}
+    for dtype, path in paths.items():
+        export_saved_model(model, path, compute_dtype=dtype, class_names=[f"class {i}" for i in range(10)])
     images = np.random.RandomState(4).randint(0, 256, (8, SIDE, SIDE, 3)).astype("float32")
     np.save(root / "images.npy", images)
     (root / "photo.jpg").write_bytes(encode(photo(SIDE + 8, SIDE + 4), "JPEG"))
     answers = {}
-    for precision, path in paths.items():
+    for dtype, path in paths.items():
         done = subprocess.run([sys.executable, "-c", LOADER, path, str(root / "images.npy"), str(root / "photo.jpg")],
                               capture_output=True, text=True, timeout=300,
                               env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
         assert done.returncode == 0, done.stderr[-3000:]
-        answers[precision] = json.loads(done.stdout.strip().splitlines()[-1])
+        answers[dtype] = json.loads(done.stdout.strip().splitlines()[-1])
     return paths, answers
 
 
@@ -143,21 +143,21 @@ def test_the_bfloat16_forward_pass_mixes_the_heads_after_the_softmax():
 def test_bfloat16_refuses_what_it_cannot_compute(tmp_path):
     model = small_model(seed=5)
     with pytest.raises(ValueError, match="choose one"):
-        export_saved_model(model, str(tmp_path / "a" / "1"), precision="bfloat16", quantization="int8")
+        export_saved_model(model, str(tmp_path / "a" / "1"), compute_dtype="bfloat16", quantization="int8")
     with pytest.raises(ValueError, match="must be 'float32' or 'bfloat16'"):
-        export_saved_model(model, str(tmp_path / "b" / "1"), precision="float16")
+        export_saved_model(model, str(tmp_path / "b" / "1"), compute_dtype="float16")
     # A classifier that is not CaiT's own graph (another head) has no folded form to compute in bf16.
     features = small_model(seed=5, include_top=False, pooling="token")
     other = keras.Model(features.input, keras.layers.Dense(3, activation="softmax")(features.output))
     with pytest.raises(ValueError, match="takes a CaiT classifier as build_cait makes it"):
-        export_saved_model(other, str(tmp_path / "c" / "1"), precision="bfloat16", class_names=list("xyz"))
+        export_saved_model(other, str(tmp_path / "c" / "1"), compute_dtype="bfloat16", class_names=list("xyz"))
     assert not any(os.path.exists(tmp_path / name) for name in "abc")
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["out.onnx", "--precision", "bfloat16"], "--precision bfloat16 applies to a SavedModel version folder only"),
+    (["out.onnx", "--compute-dtype", "bfloat16"], "--compute-dtype bfloat16 applies to a SavedModel version folder only"),
     (["out.xml", "--jit"], "--jit applies to a SavedModel version folder only"),
-    (["serving/cait/1", "--precision", "bfloat16", "--quantization", "int8"], "choose one"),
+    (["serving/cait/1", "--compute-dtype", "bfloat16", "--quantization", "int8"], "choose one"),
 ])
 def test_the_command_line_refuses_bfloat16_where_it_does_not_apply(argv, message, tmp_path, monkeypatch):
     from keras_cait.cli import commands

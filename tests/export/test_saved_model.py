@@ -226,7 +226,7 @@ def test_class_names_must_match_the_classes(tmp_path):
     model = small_model(classes=10)
     with pytest.raises(ValueError, match="pass class_names"):
         export_saved_model(model, tmp_path / "1")
-    with pytest.raises(ValueError, match="has 3 names but the model has 10 classes"):
+    with pytest.raises(ValueError, match="has 3 names but .* has 10 classes"):
         export_saved_model(model, tmp_path / "1", class_names=["a", "b", "c"])
     with pytest.raises(ValueError, match="top_k=11"):
         export_saved_model(model, tmp_path / "1", class_names=list("abcdefghij"), top_k=11)

@@ -82,7 +82,8 @@ def test_from_preset_fetches_the_imagenet_weights_and_computes_timm_logits(
 def test_without_the_hugging_face_cache_the_checkpoint_is_downloaded_once_into_keras_cait_s_cache(
     hub, timm_reference, timm_checkpoint, keras_cache, monkeypatch
 ):
-    """KERAS_CAIT_HUB_URL (a plain mirror) or no huggingface_hub: keras_cait's own downloader."""
+    """KERAS_CAIT_HUB_URL (a plain mirror) or no huggingface_hub: keras_cait's own downloader and
+    cache, the ones of weights="imagenet", which then downloads nothing more."""
     from keras_cait.weights.registry import HUB_URL_ENV
 
     monkeypatch.setitem(CHECKPOINTS["cait_xxs24_224"], "sha256", None)  # verified by the hub's hash
@@ -95,12 +96,14 @@ def test_without_the_hugging_face_cache_the_checkpoint_is_downloaded_once_into_k
 
     backbone = CaiTBackbone.from_preset("cait_xxs24_224")
     again = CaiTBackbone.from_preset("cait_xxs24_224")
+    constructed = keras_cait.CaiT_XXS24(weights="imagenet", include_top=False, include_preprocessing=False)
 
     timm_reference.assert_matches(keras.ops.convert_to_numpy(backbone(normalised))[:, 0], expected, "class token")
     assert [method for method, _, _ in hub.requests] == ["GET", "GET"], "one download: the 302 and the CDN"
     assert os.listdir(keras_cache) == ["cait_xxs24_224.fb_dist_in1k.safetensors"]
-    for got, want in zip(again.weights, backbone.weights):
-        np.testing.assert_array_equal(keras.ops.convert_to_numpy(got), keras.ops.convert_to_numpy(want))
+    for model in (again, constructed):
+        for got, want in zip(model.weights, backbone.weights):
+            np.testing.assert_array_equal(keras.ops.convert_to_numpy(got), keras.ops.convert_to_numpy(want))
 
 
 def test_load_weights_false_builds_the_architecture_and_fetches_nothing(hf, hub, keras_cache):

@@ -117,20 +117,30 @@ def test_at_resolution_of_a_lora_model_says_to_merge_first(tiny_cait):
     assert at_resolution(merge_lora(model), 64).input_shape == (None, 64, 64, 3)
 
 
-@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
-def test_a_float32_model_rebuilt_under_a_mixed_policy_computes_as_one_built_under_it(tiny_cait, policy, tmp_path):
+@pytest.mark.parametrize("kind, policy", [("new_head", "mixed_bfloat16"), ("new_head", "mixed_float16"),
+                                          ("top", "mixed_bfloat16"), ("avg", "mixed_float16")])
+def test_a_float32_model_rebuilt_under_a_mixed_policy_computes_as_one_built_under_it(tiny_cait, policy, kind,
+                                                                                      tmp_path):
+    """Which layers stay float32 is decided once (`keras_cait.model.layer_dtype`): `build_cait`,
+    `with_new_head` and `with_dtype_policy` agree on every layer, and a model already under a policy
+    is recognised as such (returned as it is)."""
     from keras_cait.training import with_dtype_policy
 
-    saved = with_new_head(tiny_cait(include_top=False, pooling="token"), 3)
-    saved.save(tmp_path / "float32.keras")
+    build = {"new_head": lambda: with_new_head(tiny_cait(include_top=False, pooling="token"), 3),
+             "top": tiny_cait, "avg": lambda: tiny_cait(include_top=False, pooling="avg")}[kind]
+    build().save(tmp_path / "float32.keras")
     keras.mixed_precision.set_global_policy(policy)
     try:
-        built = with_new_head(tiny_cait(include_top=False, pooling="token"), 3)
+        built = build()
         loaded = keras.models.load_model(tmp_path / "float32.keras")
         rebuilt = with_dtype_policy(loaded, policy)
     finally:
         keras.mixed_precision.set_global_policy("float32")
-    policies = lambda model: [(layer.name, layer.dtype_policy.name) for layer in model.layers]  # noqa: E731
+    policies = lambda model: [(layer.name, layer.dtype_policy.name) for layer in model.layers  # noqa: E731
+                              if not isinstance(layer, keras.layers.InputLayer)]  # the global one when built
     assert policies(rebuilt) == policies(built) != policies(loaded)
     for old, new in zip(loaded.weights, rebuilt.weights):
         np.testing.assert_array_equal(np.asarray(old), np.asarray(new))
+    assert with_dtype_policy(built, policy) is built
+    assert with_dtype_policy(loaded, "float32") is loaded
+    assert policies(with_dtype_policy(built, "float32")) == policies(loaded)

@@ -8,6 +8,7 @@ fails to stop ends the test with a wrong byte count rather than hanging it.
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -200,16 +201,14 @@ def test_an_unreachable_mirror_fails_at_once_after_one_connection_attempt(tmp_pa
 
 @pytest.mark.large
 @pytest.mark.parametrize("entry", ["another_variant", "a_folder"])
-def test_a_cache_entry_that_does_not_fit_is_downloaded_again(
-    hub, keras_cache, timm_reference, tiny_cait, entry
-):
+def test_a_cache_entry_that_does_not_fit_is_downloaded_again(hub, keras_cache, timm_reference, entry):
     reference = timm_reference.model(ARCH)
     body = timm_reference.save(reference).read_bytes()
     hub.serve_via_cdn(ARCH, body, hub_headers(body))
-    cached = os.path.join(keras_cache, f"{ARCH}.{TAG}.weights.h5")
+    cached = os.path.join(keras_cache, f"{ARCH}.{TAG}.safetensors")
     os.makedirs(keras_cache)
     if entry == "another_variant":
-        tiny_cait().save_weights(cached)
+        shutil.copy(timm_reference.save(timm_reference.tiny_model(), "tiny.safetensors"), cached)
     else:
         os.makedirs(os.path.join(cached, "inside"))
 
@@ -221,10 +220,12 @@ def test_a_cache_entry_that_does_not_fit_is_downloaded_again(
     images = timm_reference.images(1, 384)
     expected, _ = timm_reference.outputs(reference, images)
     timm_reference.assert_matches(logits(model, images), expected, "logits")
-    assert cached_files(keras_cache) == [f"{ARCH}.{TAG}.weights.h5"]
+    assert cached_files(keras_cache) == [f"{ARCH}.{TAG}.safetensors"]
 
 
 def test_a_read_only_cache_names_keras_home(keras_cache, monkeypatch):
+    """keras_cait's own cache (no huggingface_hub, or KERAS_CAIT_HUB_URL set)."""
+    monkeypatch.setenv(HUB_URL_ENV, "http://127.0.0.1:9")
     os.makedirs(keras_cache)
     monkeypatch.setattr(os, "access", lambda path, mode: False)  # as a non-root user would see
 
@@ -281,7 +282,7 @@ def wait_for_line(stream, text, seconds):
 def lock_is_free(keras_cache):
     import fcntl
 
-    path = os.path.join(keras_cache, f".{ARCH}.{TAG}.weights.h5.lock")
+    path = os.path.join(keras_cache, f".{ARCH}.{TAG}.safetensors.lock")
     if not os.path.exists(path):
         return True
     with open(path) as file:
@@ -315,7 +316,7 @@ def test_two_processes_filling_one_cache_download_once(hub, keras_cache, timm_re
     assert hub.requests.count("/cdn/body") == 1, "the second process must use the first's download"
     loaded = [stdout.splitlines()[-1] for stdout, _ in outputs]  # after the first's progress bar
     assert loaded[0].startswith("loaded ") and loaded[0] == loaded[1]
-    assert cached_files(keras_cache) == [f"{ARCH}.{TAG}.weights.h5"]
+    assert cached_files(keras_cache) == [f"{ARCH}.{TAG}.safetensors"]
 
 
 @pytest.mark.large
@@ -338,7 +339,7 @@ def test_a_cache_filler_stopped_mid_download_blocks_no_one_and_leaves_nothing_us
     if signal_number == signal.SIGINT:  # its own clean-up ran
         assert left == []
     else:  # the half-written download and the lock stay until the next filler
-        assert not any(name.endswith(".weights.h5") and not name.startswith(".") for name in left)
+        assert not any(name.endswith(".safetensors") and not name.startswith(".") for name in left)
     release.set()
     assert lock_is_free(keras_cache), "a stopped holder must not keep the lock"
 
@@ -349,4 +350,4 @@ def test_a_cache_filler_stopped_mid_download_blocks_no_one_and_leaves_nothing_us
     images = timm_reference.images(1, 384)
     expected, _ = timm_reference.outputs(reference, images)
     timm_reference.assert_matches(logits(model, images), expected, "logits")
-    assert cached_files(keras_cache) == [f"{ARCH}.{TAG}.weights.h5"]
+    assert cached_files(keras_cache) == [f"{ARCH}.{TAG}.safetensors"]

@@ -63,7 +63,7 @@ def test_imagenet_downloads_into_the_hugging_face_cache_verified_by_the_blob_nam
         "refs/main": "file",
         f"snapshots/{COMMIT}/model.safetensors": f"../../blobs/{sha256(body)}",
     }
-    assert os.listdir(keras_cache) == [f"cait_xxs24_224.{TAG}.weights.h5"]
+    assert not os.path.exists(keras_cache), "nothing is written beside the Hugging Face cache"
 
 
 @pytest.mark.large
@@ -151,7 +151,7 @@ def test_the_own_downloader_is_used_without_huggingface_hub_or_with_keras_cait_h
     path = FakeHub.path("cait_xxs24_384")
     assert hub.requests == [("GET", path, None), ("GET", FakeHub.cdn_path(path), None)]
     assert not hf.cache.exists()
-    assert os.listdir(keras_cache) == [f"cait_xxs24_384.{TAG}.weights.h5"]
+    assert os.listdir(keras_cache) == [f"cait_xxs24_384.{TAG}.safetensors"]
 
 
 @pytest.mark.large

@@ -103,7 +103,7 @@ def cached_files(cache):
 
 
 @pytest.mark.large
-def test_imagenet_downloads_once_verifies_the_pinned_hash_and_caches_keras_weights(
+def test_imagenet_downloads_once_verifies_the_pinned_hash_and_caches_the_checkpoint(
     hub, keras_cache, timm_reference, monkeypatch
 ):
     reference = timm_reference.model("cait_xxs24_224")
@@ -117,7 +117,7 @@ def test_imagenet_downloads_once_verifies_the_pinned_hash_and_caches_keras_weigh
 
     timm_reference.assert_matches(logits(first, images), expected, "logits")
     assert hub.requests == [Hub.path("cait_xxs24_224")]
-    assert cached_files(keras_cache) == [f"cait_xxs24_224.{TAG}.weights.h5"]
+    assert cached_files(keras_cache) == [f"cait_xxs24_224.{TAG}.safetensors"]
 
     second = keras_cait.CaiT_XXS24(weights="imagenet", classifier_activation=None)
 
@@ -157,7 +157,7 @@ def test_384_request_takes_the_384_checkpoint_verified_by_the_hub_headers(
 
     assert hub.requests == [Hub.path("cait_xxs24_384")]
     timm_reference.assert_matches(logits(model, images), expected, "logits")
-    assert cached_files(keras_cache) == [f"cait_xxs24_384.{TAG}.weights.h5"]
+    assert cached_files(keras_cache) == [f"cait_xxs24_384.{TAG}.safetensors"]
 
 
 @pytest.mark.large
@@ -349,7 +349,7 @@ def test_hash_from_the_hubs_redirect_verifies_the_cdn_body(hub, keras_cache, tim
 
     assert hub.requests == [Hub.path("cait_xxs24_384"), f"/cdn/cait_xxs24_384/{sha256(body)}"]
     timm_reference.assert_matches(logits(model, images), expected, "logits")
-    assert cached_files(keras_cache) == [f"cait_xxs24_384.{TAG}.weights.h5"]
+    assert cached_files(keras_cache) == [f"cait_xxs24_384.{TAG}.safetensors"]
 
 
 @pytest.mark.large
@@ -400,7 +400,7 @@ def test_a_truncated_cached_weights_file_is_downloaded_again(hub, keras_cache, t
     body = timm_reference.save(timm_reference.model("cait_xxs24_384")).read_bytes()
     hub.serve_via_cdn("cait_xxs24_384", body, hub_headers(body))
     first = keras_cait.CaiT_XXS24(weights="imagenet", input_shape=(384, 384, 3))
-    cached = os.path.join(keras_cache, f"cait_xxs24_384.{TAG}.weights.h5")
+    cached = os.path.join(keras_cache, f"cait_xxs24_384.{TAG}.safetensors")
     with open(cached, "r+b") as file:
         file.truncate(os.path.getsize(cached) // 2)
 
@@ -440,7 +440,7 @@ def test_stale_downloads_of_dead_processes_are_removed(hub, keras_cache, timm_re
     keras_cait.CaiT_XXS24(weights="imagenet", input_shape=(384, 384, 3))
 
     assert cached_files(keras_cache) == sorted(
-        [os.path.basename(alive), f"cait_xxs24_384.{TAG}.weights.h5"]
+        [os.path.basename(alive), f"cait_xxs24_384.{TAG}.safetensors"]
     )
 
 
@@ -466,7 +466,7 @@ def test_a_relative_redirect_within_the_hub_is_followed_for_the_hash(hub, keras_
     keras_cait.CaiT_XXS24(weights="imagenet", input_shape=(384, 384, 3))
 
     assert hub.requests[:2] == [Hub.path("cait_xxs24_384"), renamed]
-    assert cached_files(keras_cache) == [f"cait_xxs24_384.{TAG}.weights.h5"]
+    assert cached_files(keras_cache) == [f"cait_xxs24_384.{TAG}.safetensors"]
 
 
 class Pickled:

@@ -1,0 +1,172 @@
+"""Every knob of a training run and its default, DeiT's: the values the pieces of
+`keras_cait.training` (optimizer, schedule, augment) default to.
+
+    Knobs    the knobs as one frozen object, with their help, group and range
+    DEIT     Knobs(): DeiT's main.py with CaiT's 400 epochs
+
+`keras_cait.training.recipe.Recipe` is `Knobs` with what a run builds from them. This module
+imports none of those pieces, so they read their defaults here without an import circle.
+"""
+
+import dataclasses
+import json
+import math
+
+from keras_cait import atomic
+
+GROUPS = ("optimizer (AdamW)", "schedule", "augmentation", "regularisation", "distillation")
+
+
+def knob(default, help, group, low=None, high=None, choices=None, positive=False):  # noqa: A002  argparse's word
+    """A field of `Knobs`: its default is DeiT's; the rest is what the command line shows and checks
+    (`low`/`high`: the allowed range; `positive`: above 0)."""
+    return dataclasses.field(default=default, metadata=dict(help=help, group=group, low=low, high=high,
+                                                              choices=choices, positive=positive))
+
+
+@dataclasses.dataclass(frozen=True)
+class Knobs:
+    """Every knob of a training run. The defaults are DeiT's main.py (facebookresearch/deit), which
+    CaiT's training reuses, with CaiT's 400 epochs; `keras_cait.training.recipe.Recipe` adds what a
+    run builds from them, and its `RECIPES` say where each recipe's values come from.
+
+    Learning rates are quoted for a global batch of `lr_batch` images and scaled linearly with
+    the global batch of the run (DeiT's rule). A fine-tuning run with `head_epochs` first trains a
+    new head alone at `head_lr`; `keep_head` keeps a loaded model's head when it predicts the
+    run's classes (DeiT's `--finetune`).
+    """
+
+    # Optimizer: DeiT --opt adamw --lr 5e-4 (per 512 images) --weight-decay 0.05 --opt-eps 1e-8.
+    batch_size: int = knob(64, "batch per replica (GPU); the global batch is this × replicas", "optimizer (AdamW)",
+                           low=1)
+    lr: float = knob(5e-4, "peak learning rate for a global batch of --lr-batch, scaled linearly with the batch",
+                     "optimizer (AdamW)", low=0.0)
+    lr_batch: int = knob(512, "the global batch --lr and --head-lr are quoted for", "optimizer (AdamW)", low=1)
+    weight_decay: float = knob(0.05, "decoupled weight decay (none on biases, norms, LayerScale, pos_embed, "
+                                     "cls_token)", "optimizer (AdamW)", low=0.0)
+    opt_betas: tuple = knob((0.9, 0.999), "AdamW's beta_1 and beta_2", "optimizer (AdamW)", low=0.0, high=1.0)
+    opt_eps: float = knob(1e-8, "AdamW's epsilon (Keras' own default is 1e-7)", "optimizer (AdamW)", low=0.0)
+    clip_grad: float = knob(None, "clip the norm of all gradients taken together (timm's clip_grad_norm_); off "
+                                  "when not given", "optimizer (AdamW)", low=0.0)
+    # Schedule: DeiT --sched cosine --warmup-epochs 5 --warmup-lr 1e-6 --min-lr 1e-5; CaiT 400 epochs.
+    epochs: int = knob(400, "training epochs (after the head epochs)", "schedule", low=0)
+    warmup_epochs: float = knob(5.0, "linear warmup epochs", "schedule", low=0.0)
+    warmup_lr: float = knob(1e-6, "learning rate of the first step", "schedule", low=0.0)
+    min_lr: float = knob(1e-5, "learning rate at the end of the cosine", "schedule", low=0.0)
+    sched: str = knob("epoch", "epoch: one rate per epoch, the warmup laid over the cosine (timm's "
+                               "CosineLRScheduler, DeiT's); step: per step, the warmup before the cosine",
+                      "schedule", choices=("epoch", "step"))
+    head_epochs: int = knob(0, "fine-tuning: epochs training a new head alone, the backbone frozen",
+                            "schedule", low=0)
+    head_lr: float = knob(1e-3, "fine-tuning: learning rate of the head epochs for a global batch of --lr-batch",
+                          "schedule", low=0.0)
+    keep_head: bool = knob(False, "fine-tuning: keep a loaded model's head when it predicts the data's classes",
+                           "schedule")
+    # Augmentation: DeiT --aa rand-m9-mstd0.5-inc1 --reprob 0.25 --mixup 0.8 --cutmix 1.0
+    # --mixup-switch-prob 0.5 --smoothing 0.1 --repeated-aug (3 copies).
+    randaugment: float = knob(9.0, "RandAugment magnitude of 10, 0 disables", "augmentation", low=0.0, high=10.0)
+    reprob: float = knob(0.25, "random erasing probability", "augmentation", low=0.0, high=1.0)
+    mixup: float = knob(0.8, "mixup alpha, 0 disables", "augmentation", low=0.0)
+    cutmix: float = knob(1.0, "cutmix alpha, 0 disables", "augmentation", low=0.0)
+    mixup_switch_prob: float = knob(0.5, "probability of cutmix when both are on", "augmentation", low=0.0, high=1.0)
+    repeated_aug: int = knob(3, "augmented copies of each image per epoch, 1 disables", "augmentation", low=1)
+    smoothing: float = knob(0.1, "label smoothing", "augmentation", low=0.0, high=0.99)
+    # Regularisation: DeiT-S --drop-path 0.1 (CaiT's S models 0.1); --model-ema-decay 0.99996.
+    drop_path: float = knob(0.1, "stochastic depth rate, the same in every block", "regularisation",
+                            low=0.0, high=0.99)
+    model_ema: bool = knob(True, "keep a moving average of the weights, saved as ema.keras; best.keras and "
+                                 "final.keras keep the raw weights", "regularisation")
+    model_ema_decay: float = knob(0.99996, "EMA decay per step", "regularisation", low=0.0, high=1.0)
+    # Distillation: DeiT --distillation-type none --distillation-alpha 0.5 --distillation-tau 1.0.
+    distillation_type: str = knob("none", "hard: cross-entropy with the teacher's class; soft: KL at "
+                                          "--distillation-tau (needs --teacher)", "distillation",
+                                  choices=("none", "soft", "hard"))
+    distillation_alpha: float = knob(0.5, "weight of the distillation term", "distillation", low=0.0, high=1.0)
+    distillation_tau: float = knob(1.0, "temperature of soft distillation", "distillation", positive=True)
+
+    def __post_init__(self):
+        if isinstance(self.opt_betas, list):  # as JSON gives it back
+            object.__setattr__(self, "opt_betas", tuple(self.opt_betas))
+        for field in dataclasses.fields(self):
+            problem = out_of_range(field, getattr(self, field.name))
+            if problem:
+                raise KnobError(type(self).__name__, field.name, getattr(self, field.name), problem)
+
+    def replace(self, **changes):
+        """A copy with `changes`, e.g. `RECIPES["deit"].replace(epochs=30)`; a knob out of its range
+        is refused (`KnobError`) with this recipe's value as the example."""
+        fields = {field.name: field for field in dataclasses.fields(self)}
+        unknown = sorted(set(changes) - set(fields))
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no knob {', '.join(unknown)}; its knobs: "
+                            f"{', '.join(knobs())}.")
+        for name, value in changes.items():
+            problem = out_of_range(fields[name], value, example=getattr(self, name) or None)
+            if problem:
+                raise KnobError(type(self).__name__, name, value, problem)
+        return dataclasses.replace(self, **changes)
+
+    # === As a file ===
+
+    def as_dict(self):
+        return {field.name: _plain(getattr(self, field.name)) for field in dataclasses.fields(self)}
+
+    def save(self, path, name=None):
+        """Writes the recipe as readable JSON (`{"recipe": name, "lr": ...}`), put in place whole."""
+        atomic.write_text(path, json.dumps({"recipe": name, **self.as_dict()}, indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path):
+        """The recipe of a `recipe.json` (a run's, or one written by `save`)."""
+        with open(path) as file:
+            values = json.load(file)
+        values.pop("recipe", None)
+        return cls(**values)
+
+
+class KnobError(ValueError):
+    """A knob out of its range: `knob`, its `value` and the `problem` ('must be at least 0, e.g. 0.05')."""
+
+    def __init__(self, owner, knob, value, problem):
+        super().__init__(f"{owner} {knob}={value!r}: {problem}.")
+        self.knob, self.value, self.problem = knob, value, problem
+
+
+def knobs():
+    return [field.name for field in dataclasses.fields(Knobs)]
+
+
+def flag(name):
+    """The command-line flag of a knob: `warmup_epochs` -> `--warmup-epochs`."""
+    return "--" + name.replace("_", "-")
+
+
+def out_of_range(field, value, example=None):
+    """What is wrong with `value` for the knob `field` ('' if nothing), e.g. 'must be at least 0,
+    e.g. 0.05' (the example: `example`, else DeiT's value)."""
+    low, high, choices = field.metadata["low"], field.metadata["high"], field.metadata["choices"]
+    if choices is not None:
+        return "" if value in choices else f"must be one of {', '.join(choices)}"
+    positive = field.metadata["positive"]
+    if value is None or isinstance(value, bool) or (low is None and high is None and not positive):
+        return ""
+    for item in value if isinstance(value, (tuple, list)) else (value,):
+        if not math.isfinite(item) or (positive and item <= 0) or (low is not None and item < low) or (
+                high is not None and item > high):
+            allowed = "positive" if positive else f"at least {low:g}" if high is None else \
+                f"between {low:g} and {high:g}"
+            example = field.default if example is None else example
+            return f"must be {allowed}" + ("" if example is None else f", e.g. {shown(example)}")
+    return ""
+
+
+def shown(value):
+    """A number or a pair of numbers as the command line takes it: 0.9 0.999."""
+    return " ".join(f"{item:g}" for item in value) if isinstance(value, (tuple, list)) else f"{value:g}"
+
+
+def _plain(value):
+    return list(value) if isinstance(value, tuple) else value
+
+
+DEIT = Knobs()
