@@ -42,7 +42,9 @@ class TalkingHeadsAttention(keras.layers.Layer):
         fused_attention: None (the default): the fused kernel on the JAX
             backend with a GPU, unless the environment variable
             `KERAS_CAIT_FUSED_ATTENTION=0` turns it off (for whole models, whose
-            blocks build this layer with the default). False: never. True: on
+            blocks build this layer with the default) or a Keras distribution
+            (`--strategy dataparallel`) spreads the batch over devices. False:
+            never. True: on
             the JAX backend always, off a GPU in Pallas' interpreter (slow: for
             tests); other backends have no such kernel.
         **kwargs: standard layer arguments.
@@ -122,9 +124,12 @@ class TalkingHeadsAttention(keras.layers.Layer):
             return False
         if self.fused_attention:
             return True
+        if os.environ.get(FUSED_ATTENTION_VARIABLE) == "0" or keras.distribution.distribution() is not None:
+            # XLA cannot split a Pallas call across devices: it would gather the whole batch on each.
+            return False
         from keras_cait.kernels.talking_heads_pallas import on_gpu
 
-        return os.environ.get(FUSED_ATTENTION_VARIABLE) != "0" and on_gpu()
+        return on_gpu()
 
     def call(self, inputs, return_attention_scores=False):
         batch, tokens, channels = ops.shape(inputs)

@@ -133,6 +133,9 @@ def switch_case():
         os.environ["KERAS_CAIT_FUSED_ATTENTION"] = "0"
         choices["auto_on_gpu_turned_off_by_environment"] = layer._runs_fused_kernel(False)
         del os.environ["KERAS_CAIT_FUSED_ATTENTION"]
+        keras.distribution.set_distribution(keras.distribution.DataParallel(devices=jax.devices()))
+        choices["auto_on_gpu_under_a_distribution"] = layer._runs_fused_kernel(False)
+        keras.distribution.set_distribution(None)
         layer.fused_attention = False
         choices["false_on_gpu"] = layer._runs_fused_kernel(False)
     finally:

@@ -76,7 +76,7 @@ _HEADS = np.random.default_rng(197).permutation(np.arange(2, 9))
 CASES = [
     (2, 197, int(_HEADS[0]), 48, "float32"),
     (3, 7, int(_HEADS[1]), 5, "float32"),
-    pytest.param(2, 197, int(_HEADS[2]), 48, "bfloat16", marks=pytest.mark.large),  # 8 s on 2 busy cores
+    pytest.param(2, 197, int(_HEADS[2]), 48, "bfloat16", marks=pytest.mark.large),  # 3.4 s on 2 cores, 8 s busy
 ]
 
 
@@ -96,7 +96,7 @@ def test_outputs_and_every_gradient_match_the_equations(batch, tokens, heads, he
     assert np.max(np.abs(d_pre_bias)) <= 1e-5 * np.max(np.abs(pairs["d_post_softmax_bias"][1]))
 
 
-@pytest.mark.large  # 6 s on 2 busy cores
+@pytest.mark.large  # 3.9 s on 2 cores, 6 s busy
 def test_the_kernels_lower_to_triton_for_a_gpu():
     """Forward and both backward kernels pass Pallas' Triton lowering at CaiT-S24's shape (no GPU needed:
     this checks the block shapes and operations Triton accepts, not Triton's compilation to PTX)."""
@@ -189,6 +189,7 @@ def test_when_the_layer_takes_the_kernel(through_keras_on_jax):
         "auto_on_gpu": True,
         "auto_on_gpu_asking_for_scores": False,
         "auto_on_gpu_turned_off_by_environment": False,
+        "auto_on_gpu_under_a_distribution": False,
         "false_on_gpu": False,
         "true_on_cpu": True,
         "true_still_returns_scores": True,
