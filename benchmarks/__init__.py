@@ -7,6 +7,8 @@
     python -m benchmarks.hf_cache --rounds 3                # time to the first prediction
     python -m benchmarks.graph_counts --variant XXS24       # op and node counts of the exports
     python -m benchmarks.profile_fusion --backend jax       # XLA:CPU's fusions in a training step
+    python -m benchmarks.talking_heads_kernel               # the fused attention kernel vs keras.ops (JAX)
+    python -m benchmarks.roofline                           # a training step's FLOPs and bytes by layer kind
 
 Each has `--smoke` or small arguments that tests/benchmarks/ runs. `harness` is the
 interleaved timing that inference, training and input share: one persistent worker

@@ -1,9 +1,13 @@
 """Multi-head self-attention with talking heads (Shazeer et al. 2020), as in CaiT."""
 
+import os
+
 import keras
 from keras import ops
 
 from keras_cait.layers.initializers import linear_kernel
+
+FUSED_ATTENTION_VARIABLE = "KERAS_CAIT_FUSED_ATTENTION"
 
 
 @keras.saving.register_keras_serializable(package="keras_cait")
@@ -22,9 +26,27 @@ class TalkingHeadsAttention(keras.layers.Layer):
     them `proj_l` and `proj_w`; here they are `pre_softmax_head_mix` and
     `post_softmax_head_mix`. Softmax runs in float32 under mixed precision.
 
+    On the JAX backend with a GPU, everything from the logits to `S' V` runs in
+    fused Pallas kernels (`keras_cait.kernels.talking_heads_pallas`: one forward,
+    two backward), which keep no (batch, heads, tokens, tokens) tensor in memory
+    between the passes; everywhere else,
+    and when the scores are returned or a mix is quantized, the layer runs the
+    keras.ops below. Both give the same numbers within rounding. The kernel
+    drops the pre-softmax bias `b_l`, which the softmax cancels (its gradient
+    is zero either way); the weight stays. The layer has no attention dropout;
+    CaiT's stochastic depth acts on the block around it.
+
     Args:
         num_heads: number of heads H; `channels` must be divisible by it.
         qkv_bias: whether the query/key/value projection has a bias.
+        fused_attention: None (the default): the fused kernel on the JAX
+            backend with a GPU, unless the environment variable
+            `KERAS_CAIT_FUSED_ATTENTION=0` turns it off (for whole models, whose
+            blocks build this layer with the default) or a Keras distribution
+            (`--strategy dataparallel`) spreads the batch over devices. False:
+            never. True: on
+            the JAX backend always, off a GPU in Pallas' interpreter (slow: for
+            tests); other backends have no such kernel.
         **kwargs: standard layer arguments.
 
     Shapes:
@@ -36,10 +58,11 @@ class TalkingHeadsAttention(keras.layers.Layer):
         TalkingHeadsAttention(num_heads=8)(tokens).shape  # (2, 196, 384)
     """
 
-    def __init__(self, num_heads, qkv_bias=True, **kwargs):
+    def __init__(self, num_heads, qkv_bias=True, fused_attention=None, **kwargs):
         super().__init__(**kwargs)
         self.num_heads = int(num_heads)
         self.qkv_bias = bool(qkv_bias)
+        self.fused_attention = None if fused_attention is None else bool(fused_attention)
 
     def build(self, input_shape):
         channels = input_shape[-1]
@@ -92,6 +115,22 @@ class TalkingHeadsAttention(keras.layers.Layer):
         mixed = ops.matmul(kernel, flat) + ops.cast(dense.bias, scores.dtype)[:, None]
         return ops.reshape(mixed, (batch, heads, queries, keys))
 
+    def _runs_fused_kernel(self, return_attention_scores):
+        """Whether this call runs the Pallas kernel: see `fused_attention` in the class docstring."""
+        if return_attention_scores or self.fused_attention is False or keras.backend.backend() != "jax":
+            return False
+        mixes = (self.pre_softmax_head_mix, self.post_softmax_head_mix)
+        if any(mix.quantization_mode is not None for mix in mixes):
+            return False
+        if self.fused_attention:
+            return True
+        if os.environ.get(FUSED_ATTENTION_VARIABLE) == "0" or keras.distribution.distribution() is not None:
+            # XLA cannot split a Pallas call across devices: it would gather the whole batch on each.
+            return False
+        from keras_cait.kernels.talking_heads_pallas import on_gpu
+
+        return on_gpu()
+
     def call(self, inputs, return_attention_scores=False):
         batch, tokens, channels = ops.shape(inputs)
         head_dim = channels // self.num_heads
@@ -99,10 +138,22 @@ class TalkingHeadsAttention(keras.layers.Layer):
         # before the heads are moved forward: the gradient of a split is one concat, while
         # indexing a transposed (3, B, H, N, d) tensor gives each of q, k, v a zero-filled
         # gradient of the whole (15 % of a block's training step on TensorFlow).
-        query, key, value = (
-            ops.transpose(ops.reshape(part, (batch, tokens, self.num_heads, head_dim)), (0, 2, 1, 3))
+        parts = [
+            ops.reshape(part, (batch, tokens, self.num_heads, head_dim))
             for part in ops.split(self.qkv(inputs), 3, axis=-1)
-        )
+        ]
+        if self._runs_fused_kernel(return_attention_scores):
+            from keras_cait.kernels.talking_heads_pallas import talking_heads_attention
+
+            outputs = talking_heads_attention(
+                *parts,
+                ops.cast(self.pre_softmax_head_mix.kernel, "float32"),
+                ops.cast(self.post_softmax_head_mix.kernel, "float32"),
+                ops.cast(self.post_softmax_head_mix.bias, "float32"),
+                scale=head_dim**-0.5,
+            )
+            return self.output_projection(ops.reshape(outputs, (batch, tokens, channels)))
+        query, key, value = (ops.transpose(part, (0, 2, 1, 3)) for part in parts)
         query = query * ops.cast(head_dim**-0.5, query.dtype)
 
         logits = ops.matmul(query, ops.transpose(key, (0, 1, 3, 2)))
@@ -127,6 +178,7 @@ class TalkingHeadsAttention(keras.layers.Layer):
             **super().get_config(),
             "num_heads": self.num_heads,
             "qkv_bias": self.qkv_bias,
+            "fused_attention": self.fused_attention,
         }
 
 

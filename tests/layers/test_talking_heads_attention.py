@@ -57,3 +57,28 @@ def test_alias_and_config_round_trip():
     clone.build(x.shape)
     clone.set_weights(layer.get_weights())
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(clone(x)), keras.ops.convert_to_numpy(layer(x)))
+
+
+def test_a_config_saved_before_fused_attention_loads_with_the_same_weights():
+    layer, x = _layer()
+    config = layer.get_config()
+    assert config["fused_attention"] is None
+    del config["fused_attention"]  # as .keras files written before the option hold it
+    old = TalkingHeadsAttention.from_config(config)
+    old.build(x.shape)
+    assert old.fused_attention is None
+    assert [w.path.split("/", 1)[1] for w in old.weights] == [
+        "qkv/kernel", "qkv/bias",
+        "pre_softmax_head_mix/kernel", "pre_softmax_head_mix/bias",
+        "post_softmax_head_mix/kernel", "post_softmax_head_mix/bias",
+        "output_projection/kernel", "output_projection/bias",
+    ]
+    old.set_weights(layer.get_weights())
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(old(x)), keras.ops.convert_to_numpy(layer(x)))
+
+
+def test_the_fused_kernel_is_for_the_jax_backend_only():
+    # tests/kernels/ runs the kernel through this layer on the JAX backend.
+    layer, _ = _layer()
+    layer.fused_attention = True
+    assert keras.backend.backend() != "jax" and not layer._runs_fused_kernel(False)

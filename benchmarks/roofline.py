@@ -1,0 +1,275 @@
+"""A roofline of one CaiT training step on the JAX backend, read from XLA's compiled program.
+
+    python -m benchmarks.roofline --output roofline_s24.json     # CaiT-S24, batch 128
+    python -m benchmarks.roofline --smoke
+
+Compiles, without running it, the step that benchmarks/training.py times: forward + backward
++ DeiT's AdamW of a CaiT at 224 under `mixed_bfloat16`, drop path 0.1, cross-entropy on
+logits; the optimizer's update sits in a `jax.named_scope("optimizer")`. It then reads the
+optimised HLO that XLA compiled for JAX's default device: each instruction of the entry
+computation (a fusion, a matmul, a copy, ...) reads its operands from memory and writes its
+result, so its bytes are their sizes; its FLOPs are 2·M·N·K for each dot or convolution inside
+it and one per element for the other arithmetic. Each instruction is classed by the Keras layer
+in its `op_name` (the layer of its matmul, for a fusion that has one; casts, copies and
+transposes that carry no name go with the layer that produced their input, else with the one
+that takes their output):
+
+- linear layers: qkv, query/key/value, output projections, the MLP, the patch embedding, the head;
+- talking-heads attention: the self-attention blocks' attention between qkv and its projection;
+- class attention: likewise in the class-attention blocks;
+- norms, GELU, LayerScale, residual adds and drop path: the rest of the blocks and the final norm;
+- optimizer; other (the loss, the embeddings, copies that carry no layer's name).
+
+For each class, the time an H100 SXM needs at its peaks: FLOPs / 989.4 TFLOP/s (dense bf16)
+and bytes / 3.35 TB/s (HBM3), and the larger of the two. The sums are checked against XLA's own
+cost analysis of the whole program (`compiled.cost_analysis()`). The fusions, and so the bytes,
+are those of the device that compiled: on a CPU, XLA:CPU's, which fuses less than XLA:GPU; the
+FLOPs do not depend on it.
+"""
+
+import argparse
+import collections
+import json
+import math
+import os
+import re
+
+PEAK_FLOPS = 989.4e12  # H100 SXM, dense bf16
+PEAK_BYTES = 3.35e12  # H100 SXM, HBM3
+CLASSES = ["linear layers", "talking-heads attention", "class attention",
+           "norms, GELU, LayerScale, residual, drop path", "optimizer", "other"]
+LINEAR = ("/qkv/", "/query/", "/key/", "/value/", "/output_projection/", "/mlp_dense_1/", "/mlp_dense_2/",
+          "patch_embedding", "predictions")
+ITEM_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "bf16": 2, "f16": 2, "s32": 4, "u32": 4, "f32": 4,
+              "s64": 8, "u64": 8, "f64": 8}
+NO_MEMORY = {"parameter", "constant", "bitcast", "get-tuple-element", "tuple", "after-all", "partition-id",
+             "replica-id"}
+ARITHMETIC = {"add", "subtract", "multiply", "divide", "maximum", "minimum", "exponential", "exponential-minus-one",
+              "log", "log-plus-one", "rsqrt", "sqrt", "tanh", "erf", "negate", "power", "select", "compare", "abs",
+              "convert", "logistic", "cbrt", "sign", "floor", "ceil", "round-nearest-even", "and", "or", "xor",
+              "not", "clamp", "atan2", "remainder", "sine", "cosine"}
+ARRAY = re.compile(r"\b([a-z]+\d*)\[([\d,]*)\]")
+INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%(\S+) = (.*)$")
+
+
+def op_class(op_name):
+    """The class of an `op_name` such as `jit(step)/transpose(jvp(self_attention_block_3))/attention/qkv/dot_general`."""
+    if "optimizer" in op_name:
+        return "optimizer"
+    if any(linear in op_name for linear in LINEAR):
+        return "linear layers"
+    if "self_attention_block" in op_name and "/attention/" in op_name:
+        return "talking-heads attention"
+    if "class_attention_block" in op_name and "/attention/" in op_name:
+        return "class attention"
+    if "_block_" in op_name or "final_norm" in op_name:
+        return "norms, GELU, LayerScale, residual, drop path"
+    return "other"
+
+
+def shape_bytes(shape):
+    return sum(ITEM_BYTES[dtype] * math.prod(int(d) for d in dims.split(",") if d)
+               for dtype, dims in ARRAY.findall(shape))
+
+
+def elements(shape):
+    return sum(math.prod(int(d) for d in dims.split(",") if d) for _, dims in ARRAY.findall(shape))
+
+
+def dims(shape):
+    return [int(d) for d in ARRAY.search(shape).group(2).split(",") if d]
+
+
+def split_instruction(text):
+    """`shape opcode(operands), attributes` -> (shape, opcode, [operand names], attributes)."""
+    if text.startswith("("):  # a tuple shape
+        depth = 0
+        for end, char in enumerate(text):
+            depth += {"(": 1, ")": -1}.get(char, 0)
+            if depth == 0:
+                break
+        shape, rest = text[:end + 1], text[end + 2:]
+    else:
+        shape, rest = text.split(" ", 1)
+    opcode, rest = rest.split("(", 1)
+    depth, end = 1, 0
+    for end, char in enumerate(rest):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0:
+            break
+    operands = re.findall(r"%([\w.\-]+)", rest[:end])
+    return shape, opcode, operands, rest[end + 1:]
+
+
+def parse_module(text):
+    """{computation: [(name, shape, opcode, operands, attributes)]} and the entry computation's name."""
+    computations, entry, current = {}, None, None
+    for line in text.splitlines():
+        header = re.match(r"^(ENTRY )?%(\S+) \(", line)
+        if header and line.rstrip().endswith("{"):
+            current = header.group(2)
+            computations[current] = []
+            if header.group(1):
+                entry = current
+        elif line.startswith("}"):
+            current = None
+        elif current is not None:
+            match = INSTRUCTION.match(line)
+            if match:
+                computations[current].append((match.group(1), *split_instruction(match.group(2))))
+    return computations, entry
+
+
+def flops_and_names(computations, name):
+    """FLOPs of a computation (recursing into fusions) and the op_names of its dots/convolutions and others."""
+    shapes = {instruction[0]: instruction[1] for instruction in computations[name]}
+    flops, matmul_names, names = 0, [], []
+    for _, shape, opcode, operands, attributes in computations[name]:
+        op_name = re.search(r'op_name="([^"]+)"', attributes)
+        if op_name:
+            names.append(op_name.group(1))
+        if opcode == "dot":
+            contracting = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", attributes).group(1)
+            lhs = dims(shapes[operands[0]])
+            flops += 2 * elements(shape) * math.prod(lhs[int(d)] for d in contracting.split(",") if d)
+            matmul_names += [op_name.group(1)] if op_name else []
+        elif opcode == "convolution":
+            rhs_labels = re.search(r"dim_labels=\w+_(\w+)->", attributes).group(1)
+            kernel = dims(shapes[operands[1]])
+            flops += 2 * elements(shape) * math.prod(kernel) // kernel[rhs_labels.index("o")]
+            matmul_names += [op_name.group(1)] if op_name else []
+        elif opcode in ARITHMETIC:
+            flops += elements(shape)
+        elif opcode == "reduce":
+            flops += elements(shapes[operands[0]])
+        called = re.search(r"calls=%([\w.\-]+)", attributes)
+        if opcode == "fusion" and called:
+            inner_flops, inner_matmuls, inner_names = flops_and_names(computations, called.group(1))
+            flops, matmul_names, names = flops + inner_flops, matmul_names + inner_matmuls, names + inner_names
+    return flops, matmul_names, names
+
+
+def roofline(hlo_text):
+    """Per class: FLOPs, bytes, instructions, the H100's time at peak and the heaviest op_names."""
+    computations, entry = parse_module(hlo_text)
+    shapes = {instruction[0]: instruction[1] for instruction in computations[entry]}
+    records, labels, consumers = [], {}, collections.defaultdict(list)
+    for name, shape, opcode, operands, attributes in computations[entry]:
+        for operand in operands:
+            consumers[operand].append(name)
+        if opcode in NO_MEMORY:
+            continue
+        own = re.search(r'op_name="([^"]+)"', attributes)
+        called = re.search(r"calls=%([\w.\-]+)", attributes)
+        if opcode == "fusion" and called:
+            flops, matmul_names, names = flops_and_names(computations, called.group(1))
+        else:  # the instruction alone, its operands as parameters
+            alone = [(o, shapes[o], "parameter", [], "") for o in operands if o in shapes]
+            flops, matmul_names, names = flops_and_names({"": alone + [(name, shape, opcode, operands, attributes)]}, "")
+        label = (matmul_names or ([own.group(1)] if own else []) or names or [None])[0]
+        if label:
+            labels[name] = label
+        size = shape_bytes(shape) + sum(shape_bytes(shapes[o]) for o in operands if o in shapes)
+        records.append((name, opcode, operands, flops, size))
+    # Casts, copies and transposes that XLA emitted without a layer's name go with the layer that
+    # produced their input, else with the one that takes their output.
+    for _ in range(len(records)):
+        unlabeled = [record for record in records if record[0] not in labels]
+        for name, _, operands, _, _ in unlabeled:
+            near = [labels[o] for o in operands if o in labels] + [labels[c] for c in consumers[name] if c in labels]
+            if near:
+                labels[name] = near[0]
+        if len(unlabeled) == len([record for record in records if record[0] not in labels]):
+            break
+    rows = {name: collections.Counter() for name in CLASSES}
+    heaviest = {name: collections.Counter() for name in CLASSES}
+    for name, opcode, _, flops, size in records:
+        label = labels.get(name, "")
+        row = rows[op_class(label)]
+        row["flops"] += flops
+        row["bytes"] += size
+        row["instructions"] += 1
+        heaviest[op_class(label)][re.sub(r"^jit\([^)]*\)/", "", label) or opcode] += size
+    table = {}
+    for name, row in rows.items():
+        compute, memory = row["flops"] / PEAK_FLOPS, row["bytes"] / PEAK_BYTES
+        table[name] = dict(flops=row["flops"], bytes=row["bytes"], instructions=row["instructions"],
+                           compute_ms=compute * 1e3, memory_ms=memory * 1e3, h100_ms=max(compute, memory) * 1e3,
+                           heaviest_bytes=dict(heaviest[name].most_common(4)))
+    return table
+
+
+def training_step(config, batch, image_size, classes):
+    """The compiled step (forward + backward + AdamW) of a CaiT in mixed_bfloat16, and its arguments' shapes."""
+    import jax
+    import jax.numpy as jnp
+    import keras
+
+    from benchmarks.training import DROP_PATH_RATE, LEARNING_RATE
+    from keras_cait.model import build_cait
+    from keras_cait.training import adamw
+
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    model = build_cait(**config, input_shape=(image_size, image_size, 3), classes=classes,
+                       classifier_activation=None, drop_path_rate=DROP_PATH_RATE)
+    optimizer = adamw(model, LEARNING_RATE)
+    optimizer.build(model.trainable_variables)
+    loss = keras.losses.CategoricalCrossentropy(from_logits=True)
+
+    def step(trainable, non_trainable, optimizer_variables, images, labels):
+        def loss_of(trainable):
+            logits, updated = model.stateless_call(trainable, non_trainable, images, training=True)
+            return loss(labels, logits), updated
+
+        (value, non_trainable), gradients = jax.value_and_grad(loss_of, has_aux=True)(trainable)
+        with jax.named_scope("optimizer"):
+            trainable, optimizer_variables = optimizer.stateless_apply(optimizer_variables, gradients, trainable)
+        return value, trainable, non_trainable, optimizer_variables
+
+    def like(variables):
+        return [jax.ShapeDtypeStruct(v.shape, v.dtype) for v in variables]
+
+    arguments = (like(model.trainable_variables), like(model.non_trainable_variables), like(optimizer.variables),
+                 jax.ShapeDtypeStruct((batch, image_size, image_size, 3), jnp.float32),
+                 jax.ShapeDtypeStruct((batch, classes), jnp.float32))
+    return jax.jit(step, donate_argnums=(0, 1, 2)).lower(*arguments).compile()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--variant", default="S24", choices=["S24", "XXS24"])
+    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--smoke", action="store_true", help="a 1-block CaiT at 32x32, batch 2")
+    parser.add_argument("--output", help="also write the JSON here")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("KERAS_BACKEND", "jax")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import jax
+
+    from benchmarks.training import SMOKE, SMOKE_CLASSES, VARIANTS
+
+    if args.smoke:
+        config, batch, image_size, classes = dict(SMOKE), 2, 32, SMOKE_CLASSES
+    else:
+        config = {k: v for k, v in VARIANTS[args.variant].items() if k != "timm"}
+        batch, image_size, classes = args.batch, 224, 1000
+    compiled = training_step(config, batch, image_size, classes)
+    table = roofline(compiled.as_text())
+    analysis = compiled.cost_analysis()
+    analysis = analysis[0] if isinstance(analysis, list) else analysis
+    result = {
+        "model": "smoke" if args.smoke else args.variant, "batch": batch, "image_size": image_size,
+        "device": jax.devices()[0].device_kind, "jax": jax.__version__, "classes": table,
+        "total": {key: sum(row[key] for row in table.values()) for key in ("flops", "bytes", "h100_ms")},
+        "xla_cost_analysis": {"flops": analysis.get("flops"), "bytes": analysis.get("bytes accessed")},
+    }
+    text = json.dumps(result, indent=1)
+    print(text)
+    if args.output:
+        with open(args.output, "w") as file:
+            file.write(text + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,346 @@
+"""Talking-heads attention fused into Pallas kernels, for the JAX backend.
+
+What `TalkingHeadsAttention` computes between its qkv projection and its output
+projection, without writing any (batch, heads, tokens, tokens) tensor to memory.
+With H heads of size d and N tokens, for each query row:
+
+    A_h  = s · q_h k_hᵀ                  logits, s = d^-1/2 (the layer's scale)
+    A'_g = Σ_h P_l[h, g] A_h             pre-softmax head mix (its bias b_l: see below)
+    S_g  = softmax(A'_g)                 over the N keys, in float32
+    S'_g = Σ_h P_w[h, g] S_h + b_w[g]    post-softmax head mix
+    O_g  = S'_g v_g
+
+P_l and P_w are the Keras kernels of the two mixes (input head × output head), b_w
+the post-softmax bias. The pre-softmax bias b_l adds the same number to every logit
+of a row, which the softmax takes away again: it is not an input here, and its
+gradient is exactly zero (the layer keeps the weight, so its checkpoints and config
+are unchanged). The backward pass, for the cotangent dO of O:
+
+    dS'_g = dO_g v_gᵀ                dv_g = S'_gᵀ dO_g              db_w[g] = Σ dS'_g
+    dP_w[h, g] = Σ S_h ⊙ dS'_g       dS_h = Σ_g P_w[h, g] dS'_g
+    δ_g = rowsum(S_g ⊙ dS_g)         dA'_g = S_g ⊙ (dS_g − δ_g)     (softmax)
+    dP_l[h, g] = Σ A_h ⊙ dA'_g       dA_h = Σ_g P_l[h, g] dA'_g
+    dq_h = s · dA_h k_h              dk_h = s · dA_hᵀ q_h
+
+Three kernels, each program one batch element and one tile:
+
+- forward, over (batch, query tiles of T_q rows): all N keys of every head are on
+  chip, so the softmax is exact in one pass (no online softmax). It writes O and
+  the logsumexp L_g = log Σ_keys exp(A'_g) of each row;
+- backward over queries, (batch, query tiles): recomputes S = exp(A' − L) for whole
+  rows and writes dq, δ, and the tile's partial sums of dP_l, dP_w and db_w
+  (H² + H² + H numbers per tile, summed over tiles by XLA afterwards);
+- backward over keys, (batch, key tiles of T_k rows): loops over the query tiles,
+  recomputes S for each (T_q, T_k) block from L, and accumulates dk and dv, as
+  FlashAttention-2's backward does (dk, dv sum over every query: a kernel over
+  query tiles would have to write a partial dk, dv per tile).
+
+Stored for the backward pass: the logsumexp L, (batch, heads, N_p) float32, beside the
+unpadded q, k, v (the kernels pad them again); δ, of L's size, lives only during the backward
+pass. At CaiT-S24's self-attention, batch 128, `mixed_bfloat16`, the layer keeps 94.0 MiB for
+its backward pass (L: 1.0 MiB) where the keras.ops path keeps 469.7 MiB, mostly the
+(batch, heads, N, N) softmax in float32 and the logits, probabilities and mixed weights in
+bfloat16 (`python -m benchmarks.talking_heads_kernel --residuals-only`).
+
+Tiles and padding: N is padded to N_p, the next power of two of at least 16
+(196 and 197 → 256), as Triton's blocks are powers of two; padded keys are masked
+out of the softmax and padded queries sliced off. The head size is zero-padded the
+same way (48 → 64). T_q = T_k = 16, the smallest side of a Triton dot. A forward
+program holds S for all heads plus one mixed tile, (H + 1) float32 (T_q, N_p)
+tiles: 9 × 16 KB at S24; the query backward about 2H + 1 of them. The dot inputs
+keep the layer's compute dtype (bfloat16 under `mixed_bfloat16`) with float32
+accumulation; the mixes and the softmax are float32.
+
+On a GPU the kernels are compiled by Triton (`compiler_params` picks it); elsewhere
+they run in Pallas' interpreter (`interpret=True`), as the tests do on the CPU:
+exact, but far slower than the keras.ops path.
+
+Example:
+    q = k = v = jnp.ones((2, 197, 8, 48), jnp.bfloat16)
+    mix = jnp.eye(8)
+    talking_heads_attention(q, k, v, mix, mix, jnp.zeros(8), scale=48**-0.5).shape
+    # (2, 197, 8, 48)
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
+
+BLOCK_QUERIES = 16
+BLOCK_KEYS = 16
+MIN_SIDE = 16  # the smallest side of a Triton dot
+NUM_WARPS = 8  # (H + 1) tiles of 16 × 256 float32 fit in registers at 8 warps, not at 4
+
+
+def on_gpu():
+    """Whether JAX's default device is a GPU, where the kernels compile (elsewhere they interpret)."""
+    return jax.default_backend() == "gpu"
+
+
+def talking_heads_attention(query, key, value, pre_softmax_mix, post_softmax_mix, post_softmax_bias, *,
+                            scale, interpret=None):
+    """`O_g = (Σ_h P_w[h, g] softmax(Σ_h P_l[h, g] s·q_h k_hᵀ) + b_w[g]) v_g`, differentiable.
+
+    Args:
+        query, key, value: `(batch, tokens, heads, head_dim)`, one dtype.
+        pre_softmax_mix, post_softmax_mix: `(heads, heads)` kernels P_l, P_w, input head × output head.
+        post_softmax_bias: `(heads,)`, b_w.
+        scale: the logits' scale s (the layer's `head_dim ** -0.5`).
+        interpret: run in Pallas' interpreter; None: unless JAX's default device is a GPU.
+
+    Returns:
+        `(batch, tokens, heads, head_dim)` in the dtype of `query`.
+    """
+    if not query.dtype == key.dtype == value.dtype:
+        raise ValueError(f"query, key, value of dtypes {query.dtype}, {key.dtype}, {value.dtype}: give one dtype.")
+    return _attention(
+        query, key, value,
+        jnp.asarray(pre_softmax_mix, jnp.float32), jnp.asarray(post_softmax_mix, jnp.float32),
+        jnp.asarray(post_softmax_bias, jnp.float32),
+        float(scale), not on_gpu() if interpret is None else bool(interpret),
+    )
+
+
+def _padded(size):
+    return max(MIN_SIDE, pl.next_power_of_2(size))
+
+
+def _heads_first(tensor):
+    """(B, N, H, d) -> (B, H, N_p, d_p), zero-padded: one copy."""
+    _, tokens, _, head_dim = tensor.shape
+    padding = ((0, 0), (0, 0), (0, _padded(tokens) - tokens), (0, _padded(head_dim) - head_dim))
+    return jnp.pad(jnp.transpose(tensor, (0, 2, 1, 3)), padding)
+
+
+def _tokens_first(tensor, like):
+    """The inverse of `_heads_first`: (B, H, N_p, d_p) -> the shape of `like`, (B, N, H, d)."""
+    _, tokens, _, head_dim = like.shape
+    return jnp.transpose(tensor[:, :, :tokens, :head_dim], (0, 2, 1, 3))
+
+
+# The padding happens inside the custom VJP, so that the backward pass keeps the unpadded
+# q, k, v (which the layer has anyway) and pads them again, rather than three padded copies.
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7))
+def _attention(query, key, value, pre, post, bias, scale, interpret):
+    return _attention_forward(query, key, value, pre, post, bias, scale, interpret)[0]
+
+
+def _attention_forward(query, key, value, pre, post, bias, scale, interpret):
+    tokens = query.shape[1]
+    outputs, logsumexp = _forward(
+        _heads_first(query), _heads_first(key), _heads_first(value), pre, post, bias, tokens, scale, interpret
+    )
+    return _tokens_first(outputs, query), (query, key, value, pre, post, bias, logsumexp)
+
+
+def _attention_backward(scale, interpret, residuals, d_outputs):
+    query, key, value, pre, post, bias, logsumexp = residuals
+    padded = [_heads_first(x) for x in (query, key, value, d_outputs)]
+    d_query, delta, d_pre, d_post, d_bias = _backward_queries(*padded, logsumexp, pre, post, scale, interpret)
+    d_key, d_value = _backward_keys(*padded, logsumexp, delta, pre, post, bias, scale, interpret)
+    return (
+        _tokens_first(d_query, query), _tokens_first(d_key, key), _tokens_first(d_value, value),
+        d_pre.sum((0, 1)), d_post.sum((0, 1)), d_bias.sum((0, 1)),
+    )
+
+
+_attention.defvjp(_attention_forward, _attention_backward)
+
+
+# === Pieces of the kernels (on tiles; `mix[h][g]` are scalars read from a kernel's ref) ===
+
+def _scalars(ref, heads):
+    return [[ref[h, g] for g in range(heads)] for h in range(heads)]
+
+
+def _dot(a, b):  # a b
+    return lax.dot_general(a, b, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+
+
+def _dot_bt(a, b):  # a bᵀ
+    return lax.dot_general(a, b, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+
+
+def _dot_at(a, b):  # aᵀ b
+    return lax.dot_general(a, b, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+
+
+def _mix(tiles, mix, g):
+    """Σ_h mix[h][g] · tiles[h]: output head g of a head mix."""
+    mixed = tiles[0] * mix[0][g]
+    for h in range(1, len(tiles)):
+        mixed = mixed + tiles[h] * mix[h][g]
+    return mixed
+
+
+def _logits(query_tiles, key_tiles, scale):
+    """A_h = s · q_h k_hᵀ for every head, float32."""
+    return [_dot_bt(q, k) * scale for q, k in zip(query_tiles, key_tiles)]
+
+
+# === Forward ===
+
+def _forward_kernel(q_ref, k_ref, v_ref, pre_ref, post_ref, bias_ref, out_ref, lse_ref, *, heads, tokens, scale):
+    pre, post = _scalars(pre_ref, heads), _scalars(post_ref, heads)
+    logits = _logits([q_ref[h] for h in range(heads)], [k_ref[h] for h in range(heads)], scale)
+    keys = lax.broadcasted_iota(jnp.int32, logits[0].shape, 1) < tokens  # padded keys leave the softmax
+    probabilities = []
+    for g in range(heads):
+        mixed = jnp.where(keys, _mix(logits, pre, g), -jnp.inf)
+        top = jnp.max(mixed, axis=1)
+        exponentials = jnp.exp(mixed - top[:, None])
+        total = jnp.sum(exponentials, axis=1)
+        probabilities.append(exponentials / total[:, None])
+        lse_ref[g, :] = top + jnp.log(total)
+    for g in range(heads):
+        weights = _mix(probabilities, post, g) + bias_ref[g]
+        out_ref[g] = _dot(weights.astype(v_ref.dtype), v_ref[g]).astype(out_ref.dtype)
+
+
+def _specs(heads, block, padded, dim):
+    """BlockSpecs on a (batch, tiles) grid: a tile of rows, all rows, the mixes, per-tile partial sums."""
+    return dict(
+        rows=pl.BlockSpec((None, heads, block, dim), lambda b, i: (b, 0, i, 0)),
+        all_rows=pl.BlockSpec((None, heads, padded, dim), lambda b, i: (b, 0, 0, 0)),
+        row_stats=pl.BlockSpec((None, heads, block), lambda b, i: (b, 0, i)),
+        all_row_stats=pl.BlockSpec((None, heads, padded), lambda b, i: (b, 0, 0)),
+        mix=pl.BlockSpec((heads, heads), lambda b, i: (0, 0)),
+        bias=pl.BlockSpec((heads,), lambda b, i: (0,)),
+        tile_mix=pl.BlockSpec((None, None, heads, heads), lambda b, i: (b, i, 0, 0)),
+        tile_bias=pl.BlockSpec((None, None, heads), lambda b, i: (b, i, 0)),
+    )
+
+
+def _call(kernel, grid, in_specs, out_specs, out_shape, interpret, name):
+    return pl.pallas_call(
+        kernel, grid=grid, in_specs=in_specs, out_specs=out_specs, out_shape=out_shape,
+        compiler_params=pltriton.CompilerParams(num_warps=NUM_WARPS), interpret=interpret, name=name,
+    )
+
+
+def _forward(query, key, value, pre, post, bias, tokens, scale, interpret):
+    batch, heads, padded, dim = query.shape
+    block = min(BLOCK_QUERIES, padded)
+    spec = _specs(heads, block, padded, dim)
+    call = _call(
+        functools.partial(_forward_kernel, heads=heads, tokens=tokens, scale=scale),
+        (batch, padded // block),
+        [spec["rows"], spec["all_rows"], spec["all_rows"], spec["mix"], spec["mix"], spec["bias"]],
+        [spec["rows"], spec["row_stats"]],
+        [jax.ShapeDtypeStruct(query.shape, query.dtype), jax.ShapeDtypeStruct((batch, heads, padded), jnp.float32)],
+        interpret, "talking_heads_attention_forward",
+    )
+    return call(query, key, value, pre, post, bias)
+
+
+# === Backward over query tiles: dq, δ and the mixes' gradients ===
+
+def _backward_queries_kernel(q_ref, k_ref, v_ref, dout_ref, lse_ref, pre_ref, post_ref,
+                             dq_ref, delta_ref, dpre_ref, dpost_ref, dbias_ref, *, heads, scale):
+    pre, post = _scalars(pre_ref, heads), _scalars(post_ref, heads)
+    query_tiles, key_tiles = [q_ref[h] for h in range(heads)], [k_ref[h] for h in range(heads)]
+    logits = _logits(query_tiles, key_tiles, scale)
+    # Not masked: a padded key's (wrong) probabilities only ever meet zeros, its dS' (v is padded
+    # with zeros), its logits and its rows of k, so nothing of them reaches dq or the mixes.
+    probabilities = [jnp.exp(_mix(logits, pre, g) - lse_ref[g][:, None]) for g in range(heads)]
+    d_weights = [_dot_bt(dout_ref[g], v_ref[g]) for g in range(heads)]  # dS'_g
+    for g in range(heads):
+        dbias_ref[g] = jnp.sum(d_weights[g])
+        for h in range(heads):
+            dpost_ref[h, g] = jnp.sum(probabilities[h] * d_weights[g])
+    transposed_post = [[post[g][h] for g in range(heads)] for h in range(heads)]
+    d_logits = []  # dA'_g
+    for g in range(heads):
+        d_probabilities = _mix(d_weights, transposed_post, g)  # dS_g = Σ_g' P_w[g, g'] dS'_g'
+        delta = jnp.sum(probabilities[g] * d_probabilities, axis=1)
+        delta_ref[g, :] = delta
+        d_logits.append(probabilities[g] * (d_probabilities - delta[:, None]))
+    transposed_pre = [[pre[g][h] for g in range(heads)] for h in range(heads)]
+    for h in range(heads):
+        for g in range(heads):
+            dpre_ref[h, g] = jnp.sum(logits[h] * d_logits[g])
+        d_logit = _mix(d_logits, transposed_pre, h)  # dA_h = Σ_g P_l[h, g] dA'_g
+        dq_ref[h] = (_dot(d_logit.astype(k_ref.dtype), key_tiles[h]) * scale).astype(dq_ref.dtype)
+
+
+def _backward_queries(query, key, value, d_outputs, logsumexp, pre, post, scale, interpret):
+    batch, heads, padded, dim = query.shape
+    block = min(BLOCK_QUERIES, padded)
+    tiles = padded // block
+    spec = _specs(heads, block, padded, dim)
+    call = _call(
+        functools.partial(_backward_queries_kernel, heads=heads, scale=scale),
+        (batch, tiles),
+        [spec["rows"], spec["all_rows"], spec["all_rows"], spec["rows"], spec["row_stats"], spec["mix"],
+         spec["mix"]],
+        [spec["rows"], spec["row_stats"], spec["tile_mix"], spec["tile_mix"], spec["tile_bias"]],
+        [
+            jax.ShapeDtypeStruct(query.shape, query.dtype),
+            jax.ShapeDtypeStruct((batch, heads, padded), jnp.float32),
+            jax.ShapeDtypeStruct((batch, tiles, heads, heads), jnp.float32),
+            jax.ShapeDtypeStruct((batch, tiles, heads, heads), jnp.float32),
+            jax.ShapeDtypeStruct((batch, tiles, heads), jnp.float32),
+        ],
+        interpret, "talking_heads_attention_backward_queries",
+    )
+    return call(query, key, value, d_outputs, logsumexp, pre, post)
+
+
+# === Backward over key tiles: dk, dv ===
+
+def _backward_keys_kernel(q_ref, k_ref, v_ref, dout_ref, lse_ref, delta_ref, pre_ref, post_ref, bias_ref,
+                          dk_ref, dv_ref, *, heads, scale, block_queries):
+    pre, post = _scalars(pre_ref, heads), _scalars(post_ref, heads)
+    transposed_post = [[post[g][h] for g in range(heads)] for h in range(heads)]
+    transposed_pre = [[pre[g][h] for g in range(heads)] for h in range(heads)]
+    key_tiles, value_tiles = [k_ref[h] for h in range(heads)], [v_ref[h] for h in range(heads)]
+    block_keys, dim = key_tiles[0].shape
+
+    def query_tile(i, gradients):
+        d_keys, d_values = list(gradients[0]), list(gradients[1])
+        rows = pl.ds(pl.multiple_of(i * block_queries, block_queries), block_queries)
+        query_tiles = [q_ref[h, rows, :] for h in range(heads)]
+        logits = _logits(query_tiles, key_tiles, scale)
+        # Not masked: a padded key's (wrong) probabilities reach only its own rows of dk and dv,
+        # which are sliced off.
+        probabilities = [jnp.exp(_mix(logits, pre, g) - lse_ref[g, rows][:, None]) for g in range(heads)]
+        d_weights = []
+        for g in range(heads):
+            d_out = dout_ref[g, rows, :]
+            weights = _mix(probabilities, post, g) + bias_ref[g]
+            d_values[g] = d_values[g] + _dot_at(weights.astype(d_out.dtype), d_out)
+            d_weights.append(_dot_bt(d_out, value_tiles[g]))
+        d_logits = [
+            probabilities[g] * (_mix(d_weights, transposed_post, g) - delta_ref[g, rows][:, None])
+            for g in range(heads)
+        ]
+        for h in range(heads):
+            d_logit = _mix(d_logits, transposed_pre, h)
+            d_keys[h] = d_keys[h] + _dot_at(d_logit.astype(q_ref.dtype), query_tiles[h]) * scale
+        return tuple(d_keys), tuple(d_values)
+
+    zeros = tuple(jnp.zeros((block_keys, dim), jnp.float32) for _ in range(heads))
+    d_keys, d_values = lax.fori_loop(0, q_ref.shape[1] // block_queries, query_tile, (zeros, zeros))
+    for h in range(heads):
+        dk_ref[h] = d_keys[h].astype(dk_ref.dtype)
+        dv_ref[h] = d_values[h].astype(dv_ref.dtype)
+
+
+def _backward_keys(query, key, value, d_outputs, logsumexp, delta, pre, post, bias, scale, interpret):
+    batch, heads, padded, dim = query.shape
+    block = min(BLOCK_KEYS, padded)
+    spec = _specs(heads, block, padded, dim)
+    call = _call(
+        functools.partial(_backward_keys_kernel, heads=heads, scale=scale, block_queries=min(BLOCK_QUERIES, padded)),
+        (batch, padded // block),
+        [spec["all_rows"], spec["rows"], spec["rows"], spec["all_rows"], spec["all_row_stats"],
+         spec["all_row_stats"], spec["mix"], spec["mix"], spec["bias"]],
+        [spec["rows"], spec["rows"]],
+        [jax.ShapeDtypeStruct(key.shape, key.dtype), jax.ShapeDtypeStruct(value.shape, value.dtype)],
+        interpret, "talking_heads_attention_backward_keys",
+    )
+    return call(query, key, value, d_outputs, logsumexp, delta, pre, post, bias)
