@@ -75,8 +75,9 @@ def _add_run_arguments(parser, backup_every):
     group.add_argument("--output-dir", required=True,
                        help="best.keras, final.keras, TensorBoard logs/ and backup/ go here; "
                             "rerunning the same command resumes a killed run")
-    group.add_argument("--precision", choices=run.PRECISIONS, default="mixed_float16",
-                       help="Keras dtype policy (DeiT trains with AMP float16)")
+    group.add_argument("--precision", choices=("auto", *run.PRECISIONS), default="auto",
+                       help="Keras dtype policy; auto: mixed_float16 on a GPU (DeiT trains with AMP "
+                            "float16), mixed_bfloat16 on a CPU with bfloat16 units, else float32")
     group.add_argument("--strategy", choices=distribute.STRATEGIES, default="none",
                        help="none, mirrored (GPUs of this host), multiworker (hosts, TF_CONFIG), "
                             "dataparallel (JAX backend: this host, or hosts with KERAS_DISTRIBUTION_*)")
@@ -349,9 +350,12 @@ def parse_arguments(command, argv):
     """`argv` parsed by the command's parser; for train and finetune built with the defaults of the
     `--recipe` that `argv` names, so that every flag typed wins over the recipe."""
     parser = COMMANDS[command][0]
-    if command in DEFAULT_RECIPES:
-        return parser(_recipe_named(argv, command)).parse_args(argv)
-    return parser().parse_args(argv)
+    if command not in DEFAULT_RECIPES:
+        return parser().parse_args(argv)
+    args = parser(_recipe_named(argv, command)).parse_args(argv)
+    # The recipe's batch is lowered to what a small folder fills; a --batch-size typed is kept (or refused).
+    args.fit_batch_to_data = not any(word == "--batch-size" or word.startswith("--batch-size=") for word in argv)
+    return args
 
 
 @_as_flags

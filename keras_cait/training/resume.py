@@ -29,7 +29,7 @@ def differences(saved, current):
 class RunRecord:
     """`run.json` in a run's folder: the settings of the run and the stages it has finished.
 
-    Written before the first stage trains and after each stage ends, so that a
+    Written as the first stage starts training (`begin`) and after each stage ends, so that a
     rerun in the same folder knows what it would resume. `RunRecord.open`
     refuses a rerun whose settings differ from the recorded ones (naming each
     one) once the run has something to lose: a finished stage or a backup; a
@@ -44,6 +44,19 @@ class RunRecord:
     def __init__(self, path, command, settings, finished=()):
         self.path, self.command, self.settings = path, command, dict(settings)
         self._finished = list(finished)
+        self._recipe = None  # (recipe, name) to write with a new record
+
+    def begin(self):
+        """Writes a new record (and its recipe.json) as the run starts training; a no-op for a
+        record read back. Nothing is written before, so a run refused while starting leaves
+        nothing behind."""
+        if self._recipe is None:
+            return
+        recipe, name = self._recipe
+        if recipe is not None:
+            recipe.save(os.path.join(os.path.dirname(self.path), RECIPE_FILENAME), name)
+        self._recipe = None
+        self._write()
 
     @classmethod
     def open(cls, output_dir, command, settings, recipe=None, recipe_name=None):
@@ -65,11 +78,9 @@ class RunRecord:
             # Started, but nothing trained that a rerun would lose (refused or stopped before its
             # first backup): not a run to protect; this one starts in its place.
             saved = None
-        if saved is None:
-            if recipe is not None:
-                recipe.save(os.path.join(output_dir, RECIPE_FILENAME), recipe_name)
+        if saved is None:  # written by `begin`, when the run starts training
             record = cls(path, command, settings)
-            record._write()
+            record._recipe = (recipe, recipe_name)
             return record
         if saved.get("command") != command:
             raise BackupError(f"{output_dir} holds a run of `keras-cait {saved.get('command')}`; give "
@@ -89,6 +100,7 @@ class RunRecord:
         return stage in self._finished
 
     def finish(self, stage):
+        self.begin()
         if stage not in self._finished:
             self._finished.append(stage)
             self._write()

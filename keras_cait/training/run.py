@@ -44,9 +44,6 @@ from keras_cait import variants
 from keras_cait.variants import cait
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
-# The arguments of a run that change how it goes, not what it trains: a rerun may change them.
-HOW_IT_RUNS = ("output_dir", "recipe", "strategy", "deterministic", "jit_compile", "backup_every", "cache",
-               "verbose")
 
 
 class RunError(ValueError):
@@ -96,9 +93,54 @@ def _configure(precision, seed, deterministic=False):
     keras.mixed_precision.set_global_policy(precision)
 
 
-def _check_precision(precision):
-    if precision not in PRECISIONS:
-        raise RunError(f"precision={precision!r}: must be one of {', '.join(PRECISIONS)}.", "precision", usage=True)
+def _check_precision(precision, auto=False):
+    """`precision`, with "auto" (where allowed) resolved by `default_precision` and said."""
+    allowed = ("auto", *PRECISIONS) if auto else PRECISIONS
+    if precision not in allowed:
+        raise RunError(f"precision={precision!r}: must be one of {', '.join(allowed)}.", "precision", usage=True)
+    if precision != "auto":
+        return precision
+    precision, why = default_precision()
+    print(f"Precision {precision} ({why}; give precision to choose another).", flush=True)
+    return precision
+
+
+def default_precision(gpus=None, cpu_flags=None):
+    """(policy, why): the dtype policy a run trains in unless told: "mixed_float16" where Keras'
+    backend sees a GPU, "mixed_bfloat16" on a CPU with bfloat16 units (AVX512_BF16 or AMX), else
+    "float32" (a CPU without them emulates half precision, slower than float32)."""
+    gpus = _gpus() if gpus is None else gpus
+    if gpus:
+        return "mixed_float16", f"{gpus} GPU(s)"
+    flags = _cpu_flags() if cpu_flags is None else cpu_flags
+    units = sorted(flags & {"avx512_bf16", "amx_bf16"})
+    if units:
+        return "mixed_bfloat16", f"a CPU with bfloat16 units: {', '.join(unit.upper() for unit in units)}"
+    return "float32", "a CPU without bfloat16 units and no GPU"
+
+
+def _gpus():
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        return sum(device.platform == "gpu" for device in jax.devices())
+    if backend == "torch":
+        import torch
+
+        return torch.cuda.device_count()
+    import tensorflow as tf
+
+    return len(tf.config.list_physical_devices("GPU"))
+
+
+def _cpu_flags():
+    """The CPU's feature flags (Linux's /proc/cpuinfo); none where it cannot be read."""
+    try:
+        with open("/proc/cpuinfo") as file:
+            return {flag for line in file if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
+    except OSError:
+        return set()
 
 
 # === The data ===
@@ -152,12 +194,26 @@ class _Plan:
     def of(cls, recipe, distribution, data):
         global_batch = distribution.global_batch_size(recipe.batch_size)
         if global_batch > data.train.num_examples:
-            fits = max(1, data.train.num_examples // distribution.replicas)
+            fits = _batch_that_fits(distribution, data)
             raise RunError(
                 f"batch_size={recipe.batch_size} (global batch {global_batch}) is larger than the "
                 f"{data.train.num_examples} training images of data={data.spec!r}; give batch_size={fits} "
                 "or less, or more images.", "batch_size", usage=True)
         return cls(global_batch, stream.steps_per_epoch(data.train, global_batch))
+
+
+def _batch_that_fits(distribution, data):
+    return max(1, data.train.num_examples // distribution.replicas)
+
+
+def _fit_batch(recipe, distribution, data):
+    """The recipe with its batch lowered to what the training images fill, said; unchanged if they do."""
+    if distribution.global_batch_size(recipe.batch_size) <= data.train.num_examples:
+        return recipe
+    fits = _batch_that_fits(distribution, data)
+    print(f"Batch {recipe.batch_size} per replica is more than the {data.train.num_examples} training images "
+          f"fill: batch {fits} instead (the learning rate scales with it).", flush=True)
+    return recipe.replace(batch_size=fits)
 
 
 def _metrics(num_classes):
@@ -322,7 +378,9 @@ def _classifier(model, weights, recipe, image_size, precision, class_names):
 class _Run:
     """One run's folder, record, plan and stages: what train and finetune share."""
 
-    def __init__(self, command, settings, recipe, data, distribution, output_dir, verbose):
+    def __init__(self, command, settings, recipe, data, distribution, output_dir, verbose, fit_batch_to_data):
+        if fit_batch_to_data:
+            recipe = _fit_batch(recipe, distribution, data)
         self.recipe, self.data, self.distribution, self.verbose = recipe, data, distribution, verbose
         self.plan = _Plan.of(recipe, distribution, data)
         # Every worker saves (Keras' multi-worker rule); only the chief's files are the run's.
@@ -355,6 +413,7 @@ class _Run:
 
     def fit(self, model, stage, epochs, seed, image_size, validation, backup_every, shuffle_buffer, cache):
         """One resumable `fit` of `epochs` epochs, backed up as `stage`."""
+        self.record.begin()
         callbacks, backup = run_callbacks(
             self.output_dir, os.path.join(self.output_dir, "backup", stage), backup_every,
             monitor="val_accuracy" if validation is not None else "loss", stage=stage)
@@ -465,9 +524,9 @@ def _distribution(strategy):
 
 
 def train(model, data, output_dir, *, recipe=None, val_data=None, class_names=None, tfds_dir=None,
-          image_size=224, crop_pct=1.0, precision="mixed_float16", strategy="none", seed=0,
+          image_size=224, crop_pct=1.0, precision="auto", strategy="none", seed=0,
           deterministic=False, jit_compile=True, teacher=None, backup_every=1000, cache=False,
-          shuffle_buffer=None, verbose=1):
+          shuffle_buffer=None, verbose=1, fit_batch_to_data=False):
     """Trains a CaiT from scratch with `recipe` (default `RECIPES["deit"]`, the paper's).
 
     Args:
@@ -477,24 +536,27 @@ def train(model, data, output_dir, *, recipe=None, val_data=None, class_names=No
         output_dir: where the run's files go; the same call again resumes a killed run.
         class_names: the names of the classes, in label order (TFRecords need them).
         image_size: the side of the training images; crop_pct: the validation centre crop.
-        precision: a Keras dtype policy: "float32", "mixed_float16" or "mixed_bfloat16".
+        precision: a Keras dtype policy: "float32", "mixed_float16" or "mixed_bfloat16"; "auto" (the
+            default): `default_precision()`, the fast one where the run is (said as it starts).
         strategy: "none", "mirrored", "multiworker" or "dataparallel" (`training.distribute`).
         teacher: with a distilling recipe, a .keras path, a keras.applications name or a model.
         backup_every: steps between backups of the whole training state.
+        fit_batch_to_data: lower a recipe's batch larger than the training images to what they
+            fill (said), rather than raise; the command line does this when --batch-size is not given.
 
     Returns:
         a `RunResult`: the model (final weights, class names attached) and the summary.
     """
     recipe = RECIPES["deit"] if recipe is None else recipe
-    _check_precision(precision)
     _check_recipe(recipe, teacher, "train")
+    precision = _check_precision(precision, auto=True)
     settings = _settings(model=model, data=_given(data), val_data=_given(val_data), class_names=class_names,
                          tfds_dir=tfds_dir, image_size=image_size, crop_pct=crop_pct, precision=precision,
                          seed=seed, teacher=_given(teacher), shuffle_buffer=shuffle_buffer)
     _configure(precision, seed, deterministic)
     distribution = _distribution(strategy)
     data = _open_data(data, val_data, 0, class_names, tfds_dir, seed)
-    run = _Run("train", settings, recipe, data, distribution, output_dir, verbose)
+    run = _Run("train", settings, recipe, data, distribution, output_dir, verbose, fit_batch_to_data)
     final = os.path.join(run.output_dir, "final.keras")
     if run.record.finished("train"):
         return _finished_earlier(run, final)
@@ -523,9 +585,9 @@ def _given(value):
 
 
 def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_data=None, val_fraction=0.1,
-             class_names=None, tfds_dir=None, image_size=None, crop_pct=1.0, precision="mixed_float16",
+             class_names=None, tfds_dir=None, image_size=None, crop_pct=1.0, precision="auto",
              strategy="none", seed=0, deterministic=False, jit_compile=True, lora_rank=0, teacher=None,
-             backup_every=200, cache=False, shuffle_buffer=None, verbose=1):
+             backup_every=200, cache=False, shuffle_buffer=None, verbose=1, fit_batch_to_data=False):
     """Fine-tunes a CaiT on new classes with `recipe` (default `RECIPES["transfer"]`): a new head
     alone for `recipe.head_epochs`, the backbone frozen, then the whole network (or, with
     `lora_rank`, rank-R LoRA updates of the attention projections and the head) for
@@ -543,8 +605,8 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
         a `RunResult`: the model (final weights, class names attached) and the summary.
     """
     recipe = RECIPES["transfer"] if recipe is None else recipe
-    _check_precision(precision)
     _check_recipe(recipe, teacher, "finetune")
+    precision = _check_precision(precision, auto=True)
     settings = _settings(model=_given(model), weights=_given(weights), data=_given(data),
                          val_data=_given(val_data), val_fraction=val_fraction, class_names=class_names,
                          tfds_dir=tfds_dir, image_size=image_size, crop_pct=crop_pct, precision=precision,
@@ -552,7 +614,7 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
     _configure(precision, seed, deterministic)
     distribution = _distribution(strategy)
     data = _open_data(data, val_data, val_fraction, class_names, tfds_dir, seed)
-    run = _Run("finetune", settings, recipe, data, distribution, output_dir, verbose)
+    run = _Run("finetune", settings, recipe, data, distribution, output_dir, verbose, fit_batch_to_data)
     head_weights = os.path.join(run.output_dir, "head.weights.h5")
     last_stage = ("lora" if lora_rank else "full") if recipe.epochs else "head"
     if run.record.finished(last_stage):

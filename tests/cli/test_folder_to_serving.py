@@ -49,9 +49,10 @@ def run(tmp_path_factory):
     console("train", "--model", json.dumps(TINY_CAIT), "--data", "digits", "--image-size", "32",
                "--output-dir", "runs/scratch", "--epochs", "1", "--warmup-epochs", "0",
                "--batch-size", "8", "--verbose", "0", cwd=work)
+    # mixed_float16, a GPU's default precision: the export must serve it from its float32 copy.
     finetune = console("finetune", "--model", "runs/scratch/final.keras", "--data", "digits",
                           "--output-dir", "runs/ft", "--head-epochs", "1", "--epochs", "1",
-                          "--batch-size", "8", "--verbose", "0", cwd=work)
+                          "--batch-size", "8", "--precision", "mixed_float16", "--verbose", "0", cwd=work)
     return work, finetune
 
 
@@ -107,7 +108,7 @@ def test_evaluate_predict_export_and_serve_the_fine_tuned_model(run):
     model = keras.models.load_model(work / "runs" / "ft" / "best.keras")
     pixels = np.stack([pixels_of(work / path) for path in images])
     served = loaded.signatures["serving_default"](images=tf.constant(pixels))
-    # Trained in mixed_float16 (the default), it is served from its float32 copy (the folded graph):
+    # Trained in mixed_float16, it is served from its float32 copy (the folded graph):
     # equal to that copy's predictions, and to the half-precision model's up to float16's rounding.
     from keras_cait.training.transfer import with_dtype_policy
 

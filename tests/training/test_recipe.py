@@ -87,7 +87,9 @@ def test_replace_save_load_and_differences_name_the_flags(tmp_path):
 
 def test_a_rerun_with_a_changed_knob_is_refused_by_name(tmp_path):
     recipe = RECIPES["transfer"]
-    RunRecord.open(str(tmp_path), "finetune", {"--data": "a"}, recipe=recipe, recipe_name="transfer")
+    record = RunRecord.open(str(tmp_path), "finetune", {"--data": "a"}, recipe=recipe, recipe_name="transfer")
+    assert not (tmp_path / "recipe.json").exists()  # written when the run starts training
+    record.begin()
     assert Recipe.load(str(tmp_path / "recipe.json")) == recipe
     RunRecord.open(str(tmp_path), "finetune", {"--data": "a"}, recipe=recipe)  # the same: resumes
     (tmp_path / "backup").mkdir()  # a backup: the run has something to lose
@@ -98,9 +100,10 @@ def test_a_rerun_with_a_changed_knob_is_refused_by_name(tmp_path):
 def test_a_folder_whose_run_trained_nothing_is_started_over_by_a_run_with_other_settings(tmp_path):
     """A start refused or stopped before its first backup leaves run.json; the corrected rerun
     is not "a run with other settings"."""
-    RunRecord.open(str(tmp_path), "finetune", {"--data": "a"}, recipe=RECIPES["transfer"])
+    RunRecord.open(str(tmp_path), "finetune", {"--data": "a"}, recipe=RECIPES["transfer"]).begin()
     other = RECIPES["transfer"].replace(batch_size=4)
     record = RunRecord.open(str(tmp_path), "finetune", {"--data": "b"}, recipe=other)
+    record.begin()
     assert record.settings == {"--data": "b"} and Recipe.load(str(tmp_path / "recipe.json")) == other
     record.finish("head")
     with pytest.raises(BackupError, match=r"--data b then, a now"):

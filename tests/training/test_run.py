@@ -138,3 +138,36 @@ def test_python_evaluate_reports_the_accuracy_of_a_model_file(tiny_run, policy):
     report = run.evaluate(model_path, data_dir, verbose=0)
     assert set(report) == {"top1", "top5", "images"} and report["images"] == 30
     assert 0 <= report["top1"] <= report["top5"] <= 1
+
+
+@pytest.mark.parametrize("gpus, flags, expected", [
+    (1, {"avx2"}, "mixed_float16"),
+    (0, {"avx2", "avx512f", "avx512_bf16"}, "mixed_bfloat16"),
+    (0, {"avx2", "amx_tile", "amx_bf16"}, "mixed_bfloat16"),
+    (0, {"avx2", "avx512f"}, "float32"),
+])
+def test_the_default_precision_is_the_fast_one_where_the_run_is(gpus, flags, expected):
+    precision, why = run.default_precision(gpus=gpus, cpu_flags=flags)
+    assert precision == expected and why
+
+
+def test_this_machine_s_default_precision_reads_its_cpu_flags_and_devices():
+    flags = open("/proc/cpuinfo").read()
+    bf16 = "avx512_bf16" in flags.split() or "amx_bf16" in flags.split()
+    expected = "mixed_bfloat16" if bf16 else "float32"
+    assert run.default_precision() == run.default_precision(gpus=0, cpu_flags=run._cpu_flags())
+    assert run.default_precision()[0] == expected  # no GPU where the suite runs on a CPU
+
+
+def test_a_start_refused_once_the_data_are_read_writes_nothing_and_the_corrected_rerun_runs(
+        tiny_run, tmp_path, policy):
+    """Weights that cannot be read are found after the data are listed: run.json and recipe.json
+    are not written yet, so the corrected call is not refused as "a run with other settings"."""
+    _, data_dir = tiny_run
+    missing = str(tmp_path / "missing.safetensors")
+    with pytest.raises(run.RunError, match="missing.safetensors") as raised:
+        run.finetune("XXS24", data_dir, tmp_path / "run", weights=missing, image_size=32, val_fraction=0,
+                     recipe=RECIPES["transfer"].replace(batch_size=8),
+                     precision="float32", verbose=0)
+    assert raised.value.argument == "weights"
+    assert not (tmp_path / "run").exists()

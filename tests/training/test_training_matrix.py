@@ -99,8 +99,10 @@ def losses(output):
 
 
 def with_precision(argv, precision):
-    # mixed_float16 is the default: leave the flag out, as a user would.
-    return argv if precision == "mixed_float16" else [*argv, "--precision", precision]
+    # The default (auto) picks this machine's precision: leave the flag out for it, as a user would.
+    from keras_cait.training.run import default_precision
+
+    return argv if precision == default_precision()[0] else [*argv, "--precision", precision]
 
 
 @pytest.mark.parametrize("backend", ["tensorflow", "jax"])
@@ -152,7 +154,9 @@ def test_python_m_keras_cait_cli_trains_as_its_command(entry_point, folder, save
                 "--output-dir", str(output_dir)], "tensorflow")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "Traceback" not in done.stderr
-    check_run(done.stdout, output_dir, {"final.keras", "best.keras", "run.json"}, "mixed_float16")
+    from keras_cait.training.run import default_precision
+
+    check_run(done.stdout, output_dir, {"final.keras", "best.keras", "run.json"}, default_precision()[0])
 
 
 def check_run(stdout, output_dir, files, precision):
