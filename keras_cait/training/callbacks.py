@@ -125,4 +125,7 @@ def run_callbacks(output_dir, backup_dir, backup_every, monitor="val_accuracy", 
 
 def tensorboard_installed():
     """Whether the runs can write TensorBoard logs (the `train` extra); they run without them."""
-    return importlib.util.find_spec("tensorboard") is not None
+    try:
+        return importlib.util.find_spec("tensorboard") is not None
+    except (ImportError, ValueError):  # an import hook that refuses it, a broken install
+        return False
