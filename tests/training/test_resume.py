@@ -97,6 +97,23 @@ def finetune(model_path, data_dir, output_dir, *changes):
                             text=True)
 
 
+def kill_mid_epoch(victim, output_dir, steps_per_epoch=STEPS_PER_EPOCH):
+    """SIGKILLs the finetune `victim` writing `output_dir` once its whole-network stage has backed up
+    a step inside an epoch; returns that step."""
+    pointer = os.path.join(output_dir, "backup", "full", "latest.json")
+    deadline = time.time() + 300
+    while victim.poll() is None and time.time() < deadline:
+        if os.path.exists(pointer) and 0 < json.load(open(pointer))["step"] % steps_per_epoch:
+            victim.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.02)
+    assert victim.wait() == -signal.SIGKILL, "the run ended before a mid-epoch backup:\n" + victim.stdout.read()
+    killed_at = json.load(open(pointer))["step"]
+    assert 0 < killed_at % steps_per_epoch, "the kill must leave an epoch half done"
+    assert not os.path.exists(os.path.join(output_dir, "final.keras"))
+    return killed_at
+
+
 def final_weights(output_dir):
     model = keras.models.load_model(os.path.join(output_dir, "final.keras"))
     return [np.array(w) for w in model.weights]
@@ -110,19 +127,7 @@ def test_a_finetune_killed_mid_epoch_resumes_to_the_same_weights(tiny_cait, digi
     uninterrupted, interrupted = str(tmp_path / "uninterrupted"), str(tmp_path / "interrupted")
 
     reference = finetune(model_path, data_dir, uninterrupted)
-    victim = finetune(model_path, data_dir, interrupted)
-    pointer = os.path.join(interrupted, "backup", "full", "latest.json")
-    deadline = time.time() + 300
-    while victim.poll() is None and time.time() < deadline:
-        if os.path.exists(pointer) and 0 < json.load(open(pointer))["step"] % STEPS_PER_EPOCH:
-            victim.send_signal(signal.SIGKILL)
-            break
-        time.sleep(0.02)
-    assert victim.wait() == -signal.SIGKILL, "the run ended before a mid-epoch backup:\n" + \
-        victim.stdout.read()
-    killed_at = json.load(open(pointer))["step"]
-    assert 0 < killed_at % STEPS_PER_EPOCH, "the kill must leave an epoch half done"
-    assert not os.path.exists(os.path.join(interrupted, "final.keras"))
+    kill_mid_epoch(finetune(model_path, data_dir, interrupted), interrupted)
 
     resumed = finetune(model_path, data_dir, interrupted)
     for process in (reference, resumed):

@@ -2,16 +2,15 @@
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import keras
 import numpy as np
 import pytest
 
 from keras_cait.training import RECIPES, run
+from tests.training.test_resume import kill_mid_epoch
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STEPS_PER_EPOCH = 90 // 8  # 100 digits, 10 % held out, batches of 8
@@ -20,6 +19,7 @@ STEPS_PER_EPOCH = 90 // 8  # 100 digits, 10 % held out, batches of 8
 CHILD = """
 import sys
 from keras_cait.training import RECIPES, run
+from tests.training.test_resume import kill_mid_epoch
 
 recipe = RECIPES["transfer"].replace(batch_size=8, head_epochs=1, epochs=2, lr=3e-4, mixup=0.8, cutmix=1.0,
                                      model_ema=True, model_ema_decay=0.9)
@@ -44,18 +44,7 @@ def test_a_python_finetune_killed_mid_epoch_resumes_to_the_weights_of_an_uninter
     uninterrupted, interrupted = str(tmp_path / "uninterrupted"), str(tmp_path / "interrupted")
 
     reference = python_finetune(model_path, data_dir, uninterrupted)
-    victim = python_finetune(model_path, data_dir, interrupted)
-    pointer = os.path.join(interrupted, "backup", "full", "latest.json")
-    deadline = time.time() + 300
-    while victim.poll() is None and time.time() < deadline:
-        if os.path.exists(pointer) and 0 < json.load(open(pointer))["step"] % STEPS_PER_EPOCH:
-            victim.send_signal(signal.SIGKILL)
-            break
-        time.sleep(0.02)
-    assert victim.wait() == -signal.SIGKILL, "the run ended before a mid-epoch backup:\n" + victim.stdout.read()
-    killed_at = json.load(open(pointer))["step"]
-    assert 0 < killed_at % STEPS_PER_EPOCH, "the kill must leave an epoch half done"
-    assert not os.path.exists(os.path.join(interrupted, "final.keras"))
+    killed_at = kill_mid_epoch(python_finetune(model_path, data_dir, interrupted), interrupted, STEPS_PER_EPOCH)
 
     resumed = python_finetune(model_path, data_dir, interrupted)
     outputs = {}
