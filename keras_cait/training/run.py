@@ -34,13 +34,13 @@ import shlex
 
 import keras
 
+from keras_cait import variants
 from keras_cait.atomic import written_atomically
 from keras_cait.model import build_cait, class_count, with_class_names
 from keras_cait.training import distribute, lora, resume, sources, stream, transfer
 from keras_cait.training.callbacks import best_record_path, run_callbacks, save_model, tensorboard_installed
 from keras_cait.training.distillation import Distiller
 from keras_cait.training.recipe import RECIPES
-from keras_cait import variants
 from keras_cait.variants import cait
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -101,7 +101,7 @@ def _check_precision(precision, auto=False):
     if precision != "auto":
         return precision
     precision, why = default_precision()
-    print(f"Precision {precision} ({why}; give precision to choose another).", flush=True)
+    print(f"Precision {precision} ({why}; --precision or precision= chooses another).", flush=True)
     return precision
 
 
@@ -148,12 +148,11 @@ def _cpu_flags():
 
 @dataclasses.dataclass
 class _Data:
-    """The sources of a run, and how they were given (what a rerun must give again)."""
+    """The sources of a run, and its training data as the run record keeps them (`spec`)."""
 
     train: sources.ImageSource
     validation: sources.ImageSource | None
     spec: str
-    val_spec: str | None
 
 
 def _spec(data):
@@ -171,16 +170,13 @@ def _open(argument, data, class_names, tfds_dir):
 
 def _open_data(data, val_data, val_fraction, class_names, tfds_dir, seed):
     train = _open("data", data, class_names, tfds_dir)
-    spec = "<ImageSource>" if isinstance(data, sources.ImageSource) else _spec(data)
     if val_data is not None:
-        validation = _open("val_data", val_data, class_names, tfds_dir)
-        val_spec = "<ImageSource>" if isinstance(val_data, sources.ImageSource) else _spec(val_data)
-        return _Data(train, validation, spec, val_spec)
+        return _Data(train, _open("val_data", val_data, class_names, tfds_dir), _given(data))
     if val_fraction:
         with _about("val_fraction", val_fraction, ValueError):
             train, validation = sources.split(train, val_fraction, seed=seed)
-        return _Data(train, validation, spec, None)
-    return _Data(train, None, spec, None)
+        return _Data(train, validation, _given(data))
+    return _Data(train, None, _given(data))
 
 
 @dataclasses.dataclass(frozen=True)
