@@ -18,21 +18,25 @@ from keras_cait import layers
 from keras_cait.attention import AttentionMaps, attention_maps
 from keras_cait.features import feature_extractor, forward_intermediates
 from keras_cait.preprocessing import decode_predictions, preprocess_input
-from keras_cait.variants import (
-    VARIANTS,
-    CaiT_M24,
-    CaiT_M36,
-    CaiT_M48,
-    CaiT_S24,
-    CaiT_S36,
-    CaiT_S48,
-    CaiT_XS24,
-    CaiT_XS36,
-    CaiT_XXS24,
-    CaiT_XXS36,
-)
+from keras_cait.variants import CONSTRUCTORS, VARIANTS
+
+# CaiT_XXS24 ... CaiT_M48: one constructor per row of VARIANTS, made in keras_cait.variants.
+globals().update(CONSTRUCTORS)
 
 __version__ = "0.1.0"
+
+# What `import keras_cait` loads; `training` and the exporters load on first use (below).
+__all__ = [
+    "VARIANTS",
+    *CONSTRUCTORS,
+    "AttentionMaps",
+    "attention_maps",
+    "decode_predictions",
+    "feature_extractor",
+    "forward_intermediates",
+    "layers",
+    "preprocess_input",
+]
 
 
 def __getattr__(name):

@@ -3,10 +3,15 @@
 Names are XX<size><depth>: depth self-attention blocks, then 2 class-attention
 blocks; patch size 16, MLP ratio 4. LayerScale starts at 1e-5 and at 1e-6 for the
 deepest models, as in the reference (timm `cait.py`, facebookresearch/deit).
+
+A row of `VARIANTS` is a variant: its constructor `CaiT_<name>` (made here, exported by
+`keras_cait`), its line in the docs' variant table (`markdown_table`) and its tests follow
+from the row; CONTRIBUTING.md ("Adding a variant") has the steps.
 """
 
 import logging
 import os
+import re
 
 from keras_cait.model import build_cait, channels_last_shape, image_shape
 from keras_cait.weights import CHECKPOINTS, load_imagenet_weights, load_weights_file
@@ -247,13 +252,29 @@ def _constructor(variant):
     return constructor
 
 
-CaiT_XXS24 = _constructor("XXS24")
-CaiT_XXS36 = _constructor("XXS36")
-CaiT_XS24 = _constructor("XS24")
-CaiT_XS36 = _constructor("XS36")
-CaiT_S24 = _constructor("S24")
-CaiT_S36 = _constructor("S36")
-CaiT_S48 = _constructor("S48")
-CaiT_M24 = _constructor("M24")
-CaiT_M36 = _constructor("M36")
-CaiT_M48 = _constructor("M48")
+# One constructor per row, CaiT_XXS24 ... CaiT_M48: a new row of VARIANTS is a new constructor,
+# exported by keras_cait as well (its __init__ takes CONSTRUCTORS whole).
+CONSTRUCTORS = {f"CaiT_{variant}": _constructor(variant) for variant in VARIANTS}
+globals().update(CONSTRUCTORS)
+
+
+def _layer_scale_init(value):
+    """1e-05 -> "1e-5", 0.1 -> "0.1": as the paper writes it."""
+    return re.sub(r"e([-+])0*(\d)", r"e\1\2", f"{value:g}")
+
+
+def markdown_table():
+    """The variant table of README.md and docs/weights.md (between their `variants` markers):
+    one line per row of `VARIANTS`, its released checkpoints from `CHECKPOINTS`.
+    scripts/variant_tables.py writes it there; tests/test_variants.py fails when a copy differs."""
+    lines = [
+        "| constructor | depth (SA + CA) | width | heads | LayerScale init | released ImageNet checkpoints |",
+        "|---|---|---|---|---|---|",
+    ]
+    for variant, config in VARIANTS.items():
+        released = ", ".join(str(CHECKPOINTS[arch]["resolution"]) for arch in released_checkpoints(variant))
+        lines.append(
+            f"| `CaiT_{variant}` | {config['depth']} + 2 | {config['embed_dim']} | {config['num_heads']} | "
+            f"{_layer_scale_init(config['init_values'])} | {released or '—'} |"
+        )
+    return "\n".join(lines)
