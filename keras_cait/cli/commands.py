@@ -29,6 +29,7 @@ from keras_cait.cli.errors import (
 from keras_cait.export.formats import (
     FORMATS,
     QUANTIZATION_MODES,
+    compute_dtypes,
     file_formats,
     folder_format,
     format_of,
@@ -183,10 +184,9 @@ def export(args):
             f"--top-k applies to {folder}s only ({_listed(row.name for row in file_formats())} output "
             f"scores); leave it out, or export a {folder} version folder."
         )
-    if args.compute_dtype != "float32" and is_file:
-        raise usage(f"--compute-dtype {args.compute_dtype} applies to a {folder_format().name} version folder only; "
-                    "OpenVINO computes in bfloat16 by itself where the CPU has it. Leave it out, or export a "
-                    "version folder.")
+    refused = format_of(output).refused_compute_dtype(args.compute_dtype)
+    if refused:
+        raise usage(refused)
     if args.jit and is_file:
         raise usage(f"--jit applies to a {folder_format().name} version folder only; the runtimes of "
                     f"{_listed(row.name for row in file_formats())} compile the graph themselves. Leave it out, "
@@ -312,7 +312,7 @@ def build_parser():
     e.add_argument("--weights", help="for a CaiT name: imagenet, none, or a checkpoint path (default: imagenet)")
     e.add_argument("--top-k", type=int, help="SavedModel only: classes in the top_k outputs (default: 5)")
     e.add_argument("--quantization", choices=quantization_modes(), help=export_help["quantization"])
-    e.add_argument("--compute-dtype", choices=("float32", "bfloat16"), default="float32",
+    e.add_argument("--compute-dtype", choices=compute_dtypes(), default="float32",
                    help="SavedModel only: the dtype of the matmuls; bfloat16 for CPUs with bfloat16 units "
                         "and GPUs, float32 in and out (default: %(default)s)")
     e.add_argument("--jit", action="store_true",

@@ -59,7 +59,7 @@ def usage(message):
     return UserError(message, USAGE)
 
 
-def flag_syntax(message, names=("weights", "quantization")):
+def flag_syntax(message, names=("weights", "quantization", "compute_dtype")):
     """A library's keyword arguments in a message as the command line's flags: `weights='PATH'` /
     `weights=None` / `batch_size=64` -> `--weights PATH` / `--weights none` / `--batch-size 64`
     for each of `names`; `overwrite=True (keras-cait export --overwrite)` -> `--overwrite`."""

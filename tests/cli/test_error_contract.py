@@ -102,6 +102,10 @@ ROWS = {
     "export/missing-weights": row("export {tmp}/serving/1 --model cait_xxs24_224 --weights "
                                   "{tmp}/missing.safetensors", FAILURE, "--weights {tmp}/missing.safetensors",
                                   reads="model"),
+    "export/dynamic-int8-to-a-saved-model": row("export {tmp}/serving/1 --weights none --quantization dynamic_int8",
+                                                USAGE, "--quantization dynamic_int8", "a .tflite file"),
+    "export/bfloat16-to-onnx": row("export {tmp}/cait.onnx --weights none --compute-dtype bfloat16", USAGE,
+                                   "--compute-dtype bfloat16", "ONNX", "SavedModel"),
     # --- attention ---
     "attention/out-not-png": row("attention {image} --out {tmp}/maps.jpg", USAGE, "{tmp}/maps.jpg", ".png"),
     "attention/missing-image": row("attention {tmp}/missing.jpg --out {tmp}/maps.png", FAILURE,
