@@ -263,6 +263,14 @@ def check_writable_file(flag, path):
     check_writable_folder(flag, path, folder=os.path.dirname(os.path.abspath(path)))
 
 
+def read_class_names(flag, path):
+    """The names in the text file `path` given to `flag`, one a line (blank lines skipped), or the line."""
+    if not os.path.isfile(path):
+        raise fail(f"{flag} {path}: no such file; give a text file with one class name per line.")
+    with open(path, encoding="utf-8") as file:
+        return [line.strip() for line in file if line.strip()]
+
+
 def check_range(flag, value, low, high=None, example=None):
     """`low <= value <= high` (high None: no upper bound), else a usage error naming the flag."""
     if value is None or (value >= low and (high is None or value <= high)):

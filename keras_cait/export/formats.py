@@ -81,14 +81,14 @@ class Format:
 
         def takes(row):
             values = [each for each in getattr(row, attribute) if each is not None]
-            return _listed(values, "or") if values else "float only"
+            return listed(values, "or") if values else "float only"
 
         others = [row for row in FORMATS if row is not self]
         listing = "; ".join([f"{self._label} {verb} {takes(self)}", *(f"{row._label} {takes(row)}" for row in others)])
         takers = [row for row in FORMATS if value in getattr(row, attribute)]
         if takers:
-            where = (f"For {value}, export to {_listed([row.destination for row in takers], 'or')}, e.g. "
-                     f"{_listed([row.example for row in takers], 'or')}.")
+            where = (f"For {value}, export to {listed([row.destination for row in takers], 'or')}, e.g. "
+                     f"{listed([row.example for row in takers], 'or')}.")
         else:
             where = f"No format takes {value}; give one of those, or leave {argument} out."
         return " ".join(filter(None, [f"{argument}={value!r}: {listing}.", f"{why}." if why else None, where]))
@@ -195,7 +195,7 @@ def compute_dtypes():
     return list(dict.fromkeys(dtype for row in FORMATS for dtype in row.compute_dtypes))
 
 
-def _listed(names, last="and"):
+def listed(names, last="and"):
     """["A", "B", "C"] -> "A, B and C"."""
     names = list(names)
     return f" {last} ".join(filter(None, [", ".join(names[:-1]), names[-1]]))

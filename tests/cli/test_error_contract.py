@@ -106,6 +106,14 @@ ROWS = {
                                                 USAGE, "--quantization dynamic_int8", "a .tflite file"),
     "export/bfloat16-to-onnx": row("export {tmp}/cait.onnx --weights none --compute-dtype bfloat16", USAGE,
                                    "--compute-dtype bfloat16", "ONNX", "SavedModel"),
+    "export/no-class-names": row("export {tmp}/serving/1 --model {model}", FAILURE, "--model {model}",
+                                 "10 classes", "--class-names FILE", reads="model"),
+    "export/class-names-count": row("export {tmp}/serving/1 --model {model} --class-names {names}", FAILURE,
+                                    "--class-names {names}", "3 names", "10 classes", reads="model"),
+    "export/missing-class-names": row("export {tmp}/serving/1 --model {model} --class-names {tmp}/missing.txt",
+                                      FAILURE, "--class-names {tmp}/missing.txt", "no such file"),
+    "export/class-names-with-onnx": row("export {tmp}/cait.onnx --model {model} --class-names {names}", USAGE,
+                                        "--class-names", "SavedModel"),
     # --- attention ---
     "attention/out-not-png": row("attention {image} --out {tmp}/maps.jpg", USAGE, "{tmp}/maps.jpg", ".png"),
     "attention/missing-image": row("attention {tmp}/missing.jpg --out {tmp}/maps.png", FAILURE,
@@ -207,7 +215,8 @@ def tiny_keras_model(tmp_path_factory):
 
 def make_workspace(root):
     """The files the rows name: {image} {garbage}.jpg|.safetensors|.keras {afile} {folder}
-    {pngfolder} {digits} (2 classes of 2 images) {empty} (a class without images) {existing}/1."""
+    {pngfolder} {digits} (2 classes of 2 images) {empty} (a class without images) {existing}/1
+    {names} (3 class names, one a line)."""
     os.makedirs(root, exist_ok=True)
     paths = {"tmp": str(root)}
     paths["image"] = str(_image(os.path.join(root, "photo.png")))
@@ -218,6 +227,9 @@ def make_workspace(root):
     paths["afile"] = os.path.join(root, "afile")
     with open(paths["afile"], "w") as file:
         file.write("not a folder\n")
+    paths["names"] = os.path.join(root, "three_names.txt")
+    with open(paths["names"], "w") as file:
+        file.write("cat\ndog\nbird\n")
     for name in ("folder", "pngfolder.png", "existing/1", "empty/cat"):
         os.makedirs(os.path.join(root, name))
     paths.update(folder=os.path.join(root, "folder"), pngfolder=os.path.join(root, "pngfolder.png"),
