@@ -94,6 +94,9 @@ def _model(args):
 
 def _square_side(model, model_name):
     """The input side of a model that takes square images (images are centre-cropped square)."""
+    if not isinstance(model.input_shape, tuple) or len(model.input_shape) != 4:
+        raise fail(f"--model {model_name!r} takes inputs of shape {model.input_shape}, not images (batch, height, "
+                   "width, 3); give an image classifier: a CaiT .keras model or a CaiT variant.")
     height, width = model.input_shape[1:3]
     if height != width:
         raise fail(
@@ -280,7 +283,8 @@ def attention(args):
     model = _model(args)
     side = _square_side(model, args.model)
     images = _load_image(args.image, side)[None]
-    maps = attention_maps(model, images)
+    with user_input(f"--model {args.model}", ValueError):  # a model without class attention
+        maps = attention_maps(model, images)
     saliency_path = args.out.removesuffix(".png") + "_saliency.png"
     with writing(args.out):
         save_figure(class_attention_figure(images, maps), args.out)

@@ -35,6 +35,7 @@ import shlex
 import keras
 
 from keras_cait.atomic import written_atomically
+from keras_cait.layers import PatchEmbedding
 from keras_cait.model import build_cait, class_count, with_class_names
 from keras_cait.training import distribute, lora, resume, sources, stream, transfer
 from keras_cait.training.callbacks import best_record_path, run_callbacks, save_model, tensorboard_installed
@@ -320,6 +321,9 @@ def default_image_size(model):
 
 
 def _square_side(model):
+    if not isinstance(model.input_shape, tuple) or len(model.input_shape) != 4:
+        raise RunError(f"model {model.name!r} takes inputs of shape {model.input_shape}, not images (batch, "
+                       "height, width, 3); give an image classifier.", "model")
     height, width = model.input_shape[1:3]
     if height != width:
         raise RunError(f"model takes {height}x{width} images; give image_size for a square size to run "
@@ -349,8 +353,13 @@ def _backbone(model, weights, recipe, image_size, precision, keep_head):
     """A CaiT at `image_size`: a variant with its weights, or a .keras model (rebuilt under
     `precision`); without its head unless `keep_head`."""
     if _is_file(model):
+        loaded = _load_keras("model", model)
+        if not any(isinstance(layer, PatchEmbedding) for layer in loaded.layers):
+            raise RunError(f"model={os.fspath(model)!r} holds {loaded.name!r} (inputs {loaded.input_shape}), not a "
+                           "CaiT, and fine-tuning starts from a CaiT's layers; give a CaiT saved as .keras (e.g. "
+                           "best.keras of a finetune run) or a CaiT variant, e.g. model='XXS24'.", "model")
         # The file keeps the dtype policy it was saved with; the run's precision decides.
-        loaded = transfer.with_dtype_policy(_load_keras("model", model), precision)
+        loaded = transfer.with_dtype_policy(loaded, precision)
         image_size = image_size or _square_side(loaded)
         if loaded.input_shape[1:3] != (image_size, image_size):
             loaded = transfer.at_resolution(loaded, image_size)

@@ -65,6 +65,8 @@ ROWS = {
     "predict/weights-not-a-checkpoint": row(
         "predict {image} --model cait_xxs24_224 --weights {garbage}.safetensors", FAILURE,
         "--weights {garbage}.safetensors", reads="model"),
+    "predict/keras-model-not-of-images": row("predict {image} --model {dense}", FAILURE, "--model '{dense}'",
+                                             "(None, 8)", "not images", reads="model"),
     "predict/offline-imagenet-weights": row("predict {image} --model cait_xxs24_224", FAILURE,
                                             "--weights /path/to/model.safetensors", "--weights none",
                                             reads="model"),
@@ -126,6 +128,8 @@ ROWS = {
                                          FAILURE, "{tmp}/missing.keras", "no such file"),
     "attention/keras-model-not-a-model": row("attention {image} --out {tmp}/maps.png --model "
                                              "{garbage}.keras", FAILURE, "{garbage}.keras", reads="model"),
+    "attention/keras-model-not-a-cait": row("attention {image} --out {tmp}/maps.png --model {notcait}", FAILURE,
+                                            "--model {notcait}", "no ClassAttentionBlock", reads="model"),
     "attention/unknown-model": row("attention {image} --out {tmp}/maps.png --model cait_zz99", USAGE,
                                    "cait_zz99"),
     # --- demo ---
@@ -174,6 +178,12 @@ ROWS = {
                                  "--data {tmp}/missing"),
     "finetune/batch-larger-than-data": row(FINETUNE + " --batch-size 8 --val-fraction 0", USAGE,
                                            "--batch-size 8", reads="data"),
+    "finetune/keras-model-not-a-cait": row(FINETUNE + " --model {notcait}", FAILURE, "--model {notcait}",
+                                           "not a CaiT", "variant", reads="data model"),
+    "finetune/keras-model-not-of-images": row(FINETUNE + " --model {dense}", FAILURE, "--model {dense}",
+                                              "(None, 8)", "not a CaiT", reads="data model"),
+    "evaluate/keras-model-not-of-images": row(EVALUATE + " --model {dense}", FAILURE, "(None, 8)", "not images",
+                                              reads="data model"),
     # --- evaluate ---
     "evaluate/missing-data": row("evaluate --data {tmp}/missing", FAILURE, "--data {tmp}/missing"),
     "evaluate/missing-keras-model": row(EVALUATE + " --model {tmp}/missing.keras", FAILURE,
@@ -211,6 +221,18 @@ def tiny_keras_model(tmp_path_factory):
     path = tmp_path_factory.mktemp("model") / "tiny.keras"
     build_cait(**TINY_CAIT, input_shape=(TINY_SIZE, TINY_SIZE, 3), classes=10).save(path)
     return str(path)
+
+
+@pytest.fixture(scope="module")
+def other_keras_models(tmp_path_factory):
+    """{notcait}: a keras.applications MobileNet with its 2-class top; {dense}: a Dense model of
+    8 numbers, each saved as .keras (outside every row's folder)."""
+    import keras
+
+    folder = tmp_path_factory.mktemp("other_models")
+    keras.applications.MobileNet(weights=None, input_shape=(32, 32, 3), classes=2).save(folder / "mobilenet.keras")
+    keras.Sequential([keras.Input((8,)), keras.layers.Dense(2)]).save(folder / "dense.keras")
+    return {"notcait": str(folder / "mobilenet.keras"), "dense": str(folder / "dense.keras")}
 
 
 def make_workspace(root):
@@ -308,10 +330,10 @@ def assert_contract(command, status, err, row, paths):
 
 @pytest.mark.large
 @pytest.mark.parametrize("name", list(ROWS))
-def test_row(name, tmp_path, monkeypatch, capfd, guards, tiny_keras_model, policy):
+def test_row(name, tmp_path, monkeypatch, capfd, guards, tiny_keras_model, other_keras_models, policy):
     """`policy` restores float32: rows that list data set the run's dtype policy first."""
     row = ROWS[name]
-    paths = {**make_workspace(tmp_path / "row"), "model": tiny_keras_model}
+    paths = {**make_workspace(tmp_path / "row"), "model": tiny_keras_model, **other_keras_models}
     monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras_home"))
     monkeypatch.setenv("KERAS_CAIT_HUB_URL", "http://127.0.0.1:9")  # refuses connections
     monkeypatch.delenv("KERAS_CAIT_DEBUG", raising=False)
