@@ -320,10 +320,12 @@ def default_image_size(model):
     return variants.default_image_size(model)
 
 
-def _square_side(model):
+def _square_side(model, given=None):
+    """The side of the square images `model` takes; `given`: the model argument it came from (a path)."""
     if not isinstance(model.input_shape, tuple) or len(model.input_shape) != 4:
-        raise RunError(f"model {model.name!r} takes inputs of shape {model.input_shape}, not images (batch, "
-                       "height, width, 3); give an image classifier.", "model")
+        named = f"model={os.fspath(given)!r}" if isinstance(given, (str, os.PathLike)) else f"model {model.name!r}"
+        raise RunError(f"{named} takes inputs of shape {model.input_shape}, not images (batch, height, width, 3); "
+                       "give an image classifier.", "model")
     height, width = model.input_shape[1:3]
     if height != width:
         raise RunError(f"model takes {height}x{width} images; give image_size for a square size to run "
@@ -702,7 +704,7 @@ def evaluate(model, data, *, weights="imagenet", class_names=None, tfds_dir=None
     source = _open("data", data, class_names, tfds_dir)
     if isinstance(model, keras.Model) or _is_file(model):
         classifier = model if isinstance(model, keras.Model) else _load_keras("model", model)
-        side = _square_side(classifier)
+        side = _square_side(classifier, model)
         if image_size is not None and image_size != side:
             raise RunError(f"image_size={image_size}: the model takes {side}x{side} images; leave image_size "
                            "out to use the model's size.", "image_size", usage=True)

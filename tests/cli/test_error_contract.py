@@ -182,8 +182,8 @@ ROWS = {
                                            "not a CaiT", "variant", reads="data model"),
     "finetune/keras-model-not-of-images": row(FINETUNE + " --model {dense}", FAILURE, "--model {dense}",
                                               "(None, 8)", "not a CaiT", reads="data model"),
-    "evaluate/keras-model-not-of-images": row(EVALUATE + " --model {dense}", FAILURE, "(None, 8)", "not images",
-                                              reads="data model"),
+    "evaluate/keras-model-not-of-images": row(EVALUATE + " --model {dense}", FAILURE, "--model {dense}", "(None, 8)",
+                                              "not images", reads="data model"),
     # --- evaluate ---
     "evaluate/missing-data": row("evaluate --data {tmp}/missing", FAILURE, "--data {tmp}/missing"),
     "evaluate/missing-keras-model": row(EVALUATE + " --model {tmp}/missing.keras", FAILURE,
