@@ -138,6 +138,7 @@ def predict(args):
 
     _check_model_argument(args, "--top")
     check_range("--top", args.top, 1, example=5)
+    check_range("--batch-size", args.batch_size, 1, example=32)
     # The images first: a typo in a path or a bad file should not wait for (or download) a
     # model. A .keras file is local and says the size to read them at.
     check_image_files(args.images)
@@ -149,7 +150,7 @@ def predict(args):
     classes = _classes(model, args.model)
     check_range("--top", args.top, 1, classes, example=min(5, classes))
     top = args.top or min(5, classes)
-    probabilities = np.asarray(model.predict(images, verbose=0), "float32")
+    probabilities = np.asarray(model.predict(images, batch_size=args.batch_size, verbose=0), "float32")
     names = class_names_of(model, wordnet_ids=True) or [f"class {index}" for index in range(classes)]
     for path, scores in zip(args.images, probabilities):
         print(path)
@@ -319,6 +320,8 @@ def build_parser():
                         "(default: %(default)s)")
     p.add_argument("--weights", help="for a CaiT name: imagenet, none, or a checkpoint path (default: imagenet)")
     p.add_argument("--top", type=int, help="classes to print (default: 5, or all of fewer)")
+    p.add_argument("--batch-size", type=int, default=32,
+                   help="images the model takes at once; lower it if memory runs out (default: %(default)s)")
     add_debug_flag(p)
     p.set_defaults(run=predict)
 

@@ -12,7 +12,11 @@ KERAS_CAIT_DEBUG=1) shows the traceback of the user's mistakes too.
 
 Commands raise `usage(...)` or `fail(...)` and check their arguments and
 output folders before any model is built or data are read; `reported` turns
-those errors, and the operating system's (files, network, Ctrl-C), into the line.
+those errors, and the operating system's (files, network, Ctrl-C, memory), into the line.
+Running out of memory is the line naming the flags that lower it (`LESS_MEMORY`) where
+Python or TensorFlow raise an error (MemoryError, ResourceExhaustedError); where the
+allocator aborts the process instead (`std::bad_alloc`, then SIGABRT or a segmentation
+fault) nothing can be caught, and the shell's "Aborted" or "Segmentation fault" is all there is.
 The library's errors speak Python (`weights='/path/to/model.safetensors'`); the
 line speaks the command's flags (`--weights /path/to/model.safetensors`).
 """
@@ -131,6 +135,35 @@ def _file_system_op_error(error):
     return isinstance(error, (tf.errors.NotFoundError, tf.errors.PermissionDeniedError))
 
 
+# What lowers the memory a command needs, for the line of an out-of-memory error.
+LESS_MEMORY = {
+    "train": "lower --batch-size (the learning rate follows it) or --image-size, or train a smaller --model",
+    "finetune": "lower --batch-size or --image-size, or fine-tune a smaller --model (e.g. XXS24)",
+    "evaluate": "lower --batch-size, or --image-size for a CaiT by name",
+    "predict": "lower --batch-size, or use a smaller --model (e.g. cait_xxs24_224)",
+    "attention": "use a smaller --model (e.g. cait_xxs24_224)",
+    "export": "close other programs, or export a smaller --model (e.g. cait_xxs24_224): an export holds the "
+              "model several times over",
+    "demo": "run the small demo: --small",
+}
+
+
+def _out_of_memory(error):
+    """`(what ran out)` for Python's MemoryError and TensorFlow's (or XLA's) out-of-memory errors, else None."""
+    if isinstance(error, MemoryError):
+        text = str(error).strip().splitlines()
+        return f" ({text[0]})" if text else ""
+    names = {kind.__name__ for kind in type(error).__mro__}
+    if not names & {"ResourceExhaustedError", "XlaRuntimeError", "OutOfMemoryError"}:
+        return None
+    message = getattr(error, "message", None) or str(error)
+    if not re.search(r"\bOOM\b|out of memory|Cannot allocate memory|failed to allocate", message, re.IGNORECASE):
+        return None  # TensorFlow's RESOURCE_EXHAUSTED is also a full disk or a quota
+    found = re.search(r"OOM when allocating tensor with shape\s*\[[^\]]*\]|(Out of memory|Cannot allocate "
+                      r"memory|failed to allocate)[^\n.;]*", message, re.IGNORECASE)
+    return f" ({found.group(0).strip()})" if found else ""
+
+
 @contextlib.contextmanager
 def reported(command, argv):
     """Runs the body of `keras-cait COMMAND`; its user errors end the command with the contract's line.
@@ -147,6 +180,10 @@ def reported(command, argv):
     except OSError as error:
         _exit(command, os_error_line(error), FAILURE, argv)
     except Exception as error:
+        ran_out = _out_of_memory(error)
+        if ran_out is not None:
+            advice = LESS_MEMORY.get(command, "close other programs, or run it on a machine with more memory")
+            _exit(command, f"out of memory{ran_out}; {advice}.", FAILURE, argv)
         if not _file_system_op_error(error):
             raise
         _exit(command, f"{error.message}; check the path and its permissions", FAILURE, argv)
