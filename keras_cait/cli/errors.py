@@ -29,9 +29,10 @@ import re
 import sys
 import traceback
 
+from keras_cait.startup_interrupt import DEBUG_ENV, INTERRUPTED, command_begins, debug_requested
+
 USAGE = 2
 FAILURE = 1
-DEBUG_ENV = "KERAS_CAIT_DEBUG"
 
 
 class UserError(Exception):
@@ -101,10 +102,6 @@ def add_debug_flag(parser):
     )
 
 
-def debug_requested(argv):
-    return "--debug" in argv or os.environ.get(DEBUG_ENV, "").strip().lower() in ("1", "true", "yes")
-
-
 _ADVICE = {
     errno.EACCES: "check its permissions, or choose another folder",
     errno.EPERM: "check its permissions, or choose another folder",
@@ -168,15 +165,17 @@ def _out_of_memory(error):
 def reported(command, argv):
     """Runs the body of `keras-cait COMMAND`; its user errors end the command with the contract's line.
 
-    `command` is None before a command is known (`keras-cait --bad-flag`).
+    `command` is None before a command is known (`keras-cait --bad-flag`). Ctrl-C before
+    this (while Keras and TensorFlow load) ends `keras-cait` with the same line
+    (`keras_cait.startup_interrupt`); from here on it is a KeyboardInterrupt.
     """
     try:
+        command_begins()
         yield
     except UserError as error:
         _exit(command, str(error), error.status, argv)
     except KeyboardInterrupt:
-        _exit(command, "interrupted; run the same command again (train and finetune resume "
-                       "from their last backup)", FAILURE, argv)
+        _exit(command, INTERRUPTED, FAILURE, argv)
     except OSError as error:
         _exit(command, os_error_line(error), FAILURE, argv)
     except Exception as error:

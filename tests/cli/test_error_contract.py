@@ -413,6 +413,54 @@ def test_the_console_command_exits_with_the_status_and_the_line_alone(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+INTERRUPTED = "interrupted; run the same command again (train and finetune resume from their last backup)"
+
+
+def _importing_tensorflow(pid):
+    """Whether TensorFlow's library is mapped into process `pid`: it is importing Keras and TensorFlow."""
+    with open(f"/proc/{pid}/maps") as maps:
+        return "tensorflow" in maps.read()
+
+
+@pytest.mark.large
+@pytest.mark.parametrize("entry, after", [("script", 0.0), ("script", 1.0), ("script", 3.0), ("module", 0.5),
+                                          ("script", "training")])
+def test_ctrl_c_while_the_command_starts_is_the_interrupted_line(entry, after, tmp_path):
+    """SIGINT `after` seconds once the process has begun loading TensorFlow (polled in /proc, so
+    the signal never lands before Python runs keras_cait), or once the run has begun training
+    (its run.json written): on the real console script (or `python -m keras_cait.cli`), wherever
+    it lands (importing Keras and TensorFlow, importing the training modules, or in the run), the
+    line alone, never a KeyboardInterrupt traceback."""
+    import signal
+    import time
+
+    if not os.path.exists("/proc/self/maps"):
+        pytest.skip("no /proc to see when the process has begun loading TensorFlow")
+    paths = make_workspace(tmp_path / "row")
+    command = ([os.path.join(os.path.dirname(sys.executable), "keras-cait")] if entry == "script"
+               else [sys.executable, "-m", "keras_cait.cli"])
+    argv = ["finetune", "--data", paths["digits"], "--output-dir", str(tmp_path / "run"), "--model", "XXS24",
+            "--weights", "none", "--image-size", "32", "--verbose", "0", "--epochs", "1000"]
+    environment = {**os.environ, "PYTHONPATH": REPOSITORY, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    environment.pop("KERAS_CAIT_DEBUG", None)
+    process = subprocess.Popen([*command, *argv], env=environment, cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        started = ((lambda: os.path.exists(tmp_path / "run" / "run.json")) if after == "training"
+                   else (lambda: _importing_tensorflow(process.pid)))
+        while process.poll() is None and not started():
+            time.sleep(0.005)
+        assert process.poll() is None, process.communicate()
+        time.sleep(0 if after == "training" else after)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=300)
+    finally:
+        process.kill()
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert err.rstrip("\n").splitlines()[-1] == f"keras-cait finetune: {INTERRUPTED}", err
+    assert process.returncode == FAILURE, err
+
+
 # === Rows whose mistake is a permission: run as a user other than root ===
 
 
