@@ -4,12 +4,17 @@
 variants and their weights, preprocessing, attention maps and block features. The training
 recipe (`keras_cait.training`) and the exporters (`keras_cait.export_*`) are
 TensorFlow modules (tf.data, SavedModel) and load on first use.
-TensorFlow's start-up INFO lines are left out (see `keras_cait.startup_log`).
+TensorFlow's start-up INFO lines are left out (see `keras_cait.startup_log`), and in the
+`keras-cait` command a Ctrl-C while they load is its one line (`keras_cait.startup_interrupt`).
 """
 
 import importlib
 
-from keras_cait.startup_log import quiet_tensorflow_startup
+from keras_cait.startup_interrupt import end_on_interrupt_while_starting
+
+end_on_interrupt_while_starting()  # the keras-cait command only: Ctrl-C while Keras loads is its one line
+
+from keras_cait.startup_log import quiet_tensorflow_startup  # noqa: E402
 
 with quiet_tensorflow_startup():
     import keras  # noqa: F401  loads the backend (TensorFlow by default) without its start-up INFO lines

@@ -20,6 +20,7 @@ from keras_cait.cli.errors import (
     check_writable_folder,
     fail,
     load_keras_model,
+    read_class_names,
     reported,
     usage,
     user_input,
@@ -29,9 +30,11 @@ from keras_cait.cli.errors import (
 from keras_cait.export.formats import (
     FORMATS,
     QUANTIZATION_MODES,
+    compute_dtypes,
     file_formats,
     folder_format,
     format_of,
+    listed,
     quantization_modes,
 )
 
@@ -91,6 +94,9 @@ def _model(args):
 
 def _square_side(model, model_name):
     """The input side of a model that takes square images (images are centre-cropped square)."""
+    if not isinstance(model.input_shape, tuple) or len(model.input_shape) != 4:
+        raise fail(f"--model {model_name!r} takes inputs of shape {model.input_shape}, not images (batch, height, "
+                   "width, 3); give an image classifier: a CaiT .keras model or a CaiT variant.")
     height, width = model.input_shape[1:3]
     if height != width:
         raise fail(
@@ -132,6 +138,7 @@ def predict(args):
 
     _check_model_argument(args, "--top")
     check_range("--top", args.top, 1, example=5)
+    check_range("--batch-size", args.batch_size, 1, example=32)
     # The images first: a typo in a path or a bad file should not wait for (or download) a
     # model. A .keras file is local and says the size to read them at.
     check_image_files(args.images)
@@ -143,7 +150,7 @@ def predict(args):
     classes = _classes(model, args.model)
     check_range("--top", args.top, 1, classes, example=min(5, classes))
     top = args.top or min(5, classes)
-    probabilities = np.asarray(model.predict(images, verbose=0), "float32")
+    probabilities = np.asarray(model.predict(images, batch_size=args.batch_size, verbose=0), "float32")
     names = class_names_of(model, wordnet_ids=True) or [f"class {index}" for index in range(classes)]
     for path, scores in zip(args.images, probabilities):
         print(path)
@@ -177,19 +184,19 @@ def export(args):
 
     output = args.output.rstrip("/")
     is_file = format_of(output).suffix is not None
-    if args.top_k is not None and is_file:
-        folder = folder_format().name
-        raise usage(
-            f"--top-k applies to {folder}s only ({_listed(row.name for row in file_formats())} output "
-            f"scores); leave it out, or export a {folder} version folder."
-        )
-    if args.compute_dtype != "float32" and is_file:
-        raise usage(f"--compute-dtype {args.compute_dtype} applies to a {folder_format().name} version folder only; "
-                    "OpenVINO computes in bfloat16 by itself where the CPU has it. Leave it out, or export a "
-                    "version folder.")
+    for flag, value in (("--top-k", args.top_k), ("--class-names", args.class_names)):
+        if value is not None and is_file:
+            folder = folder_format().name
+            raise usage(
+                f"{flag} applies to {folder}s only ({listed(row.name for row in file_formats())} output "
+                f"scores); leave it out, or export a {folder} version folder."
+            )
+    refused = format_of(output).refused_compute_dtype(args.compute_dtype)
+    if refused:
+        raise usage(refused)
     if args.jit and is_file:
         raise usage(f"--jit applies to a {folder_format().name} version folder only; the runtimes of "
-                    f"{_listed(row.name for row in file_formats())} compile the graph themselves. Leave it out, "
+                    f"{listed(row.name for row in file_formats())} compile the graph themselves. Leave it out, "
                     "or export a version folder.")
     if args.compute_dtype != "float32" and args.quantization:
         raise usage(f"--compute-dtype {args.compute_dtype} with --quantization {args.quantization}: choose one.")
@@ -205,31 +212,49 @@ def export(args):
         check_writable_file("output", output)
     else:
         check_writable_folder("output", output, folder=os.path.dirname(os.path.abspath(output)))
+    names = read_class_names("--class-names", args.class_names) if args.class_names else None
     model = _model(args)
     classes = _classes(model, args.model)
     check_range("--top-k", args.top_k, 1, classes, example=min(5, classes))
+    names = None if is_file else _serving_class_names(model, args, names)
     try:
         with writing(output):
-            _export(exporters, model, output, args)
+            _export(exporters, model, output, args, names)
     except (ValueError, FileExistsError, ImportError) as error:
         raise fail(error) from error
     print(f"wrote {output}")
 
 
-def _export(exporters, model, output, args):
+def _serving_class_names(model, args, names):
+    """The names of a SavedModel's top_k_classes output: --class-names FILE's (`names`), checked
+    against the model's classes, else None for the model's own (or ImageNet's); a model that has
+    none is refused naming the flag."""
+    from keras_cait.model import checked_class_names, class_names_of
+
+    classes = _classes(model, args.model)
+    if names is None:
+        if class_names_of(model) is None:
+            raise fail(f"--model {args.model} has {classes} classes and no class names of its own, which the "
+                       f"SavedModel's top_k_classes output lists; give them: --class-names FILE (one name per "
+                       f"line, {classes} lines, in the order of the model's outputs).")
+        return None
+    if len(names) != classes:
+        raise fail(f"--class-names {args.class_names} has {len(names)} names but --model {args.model} has "
+                   f"{classes} classes; give one name per line, one per class, in the order of the model's outputs.")
+    with user_input(f"--class-names {args.class_names}", ValueError):
+        return list(checked_class_names(names, model))
+
+
+def _export(exporters, model, output, args, class_names=None):
     row = format_of(output)
     options = {"quantization": args.quantization, "overwrite": args.overwrite}
     if row.suffix is None:  # a SavedModel version folder, whose top_k outputs list the best classes
         options["top_k"] = args.top_k or min(5, _classes(model, args.model))
         options["compute_dtype"] = args.compute_dtype
         options["jit_compile"] = args.jit
+        if class_names is not None:
+            options["class_names"] = class_names
     getattr(exporters, row.exporter)(model, output, **options)
-
-
-def _listed(names, last="and"):
-    """["A", "B", "C"] -> "A, B and C"."""
-    names = list(names)
-    return f" {last} ".join(filter(None, [", ".join(names[:-1]), names[-1]]))
 
 
 def _export_help():
@@ -242,7 +267,7 @@ def _export_help():
     return {
         "command": f"write a {folder_format().name} for TF Serving, or an {' / '.join(r.name for r in files)} file",
         "output": "TF Serving version folder MODEL_BASE_PATH/<n> (e.g. serving/cait/1), or a "
-                  + _listed((f"{r.suffix} ({r.name})" for r in files), "or") + " file",
+                  + listed((f"{r.suffix} ({r.name})" for r in files), "or") + " file",
         "quantization": modes,
     }
 
@@ -259,7 +284,8 @@ def attention(args):
     model = _model(args)
     side = _square_side(model, args.model)
     images = _load_image(args.image, side)[None]
-    maps = attention_maps(model, images)
+    with user_input(f"--model {args.model}", ValueError):  # a model without class attention
+        maps = attention_maps(model, images)
     saliency_path = args.out.removesuffix(".png") + "_saliency.png"
     with writing(args.out):
         save_figure(class_attention_figure(images, maps), args.out)
@@ -294,6 +320,8 @@ def build_parser():
                         "(default: %(default)s)")
     p.add_argument("--weights", help="for a CaiT name: imagenet, none, or a checkpoint path (default: imagenet)")
     p.add_argument("--top", type=int, help="classes to print (default: 5, or all of fewer)")
+    p.add_argument("--batch-size", type=int, default=32,
+                   help="images the model takes at once; lower it if memory runs out (default: %(default)s)")
     add_debug_flag(p)
     p.set_defaults(run=predict)
 
@@ -311,8 +339,12 @@ def build_parser():
                         "(default: %(default)s)")
     e.add_argument("--weights", help="for a CaiT name: imagenet, none, or a checkpoint path (default: imagenet)")
     e.add_argument("--top-k", type=int, help="SavedModel only: classes in the top_k outputs (default: 5)")
+    e.add_argument("--class-names", metavar="FILE",
+                   help="SavedModel only: the names of the top_k_classes output, one per line in the order of "
+                        "the model's outputs (default: the model's own, e.g. a fine-tuned .keras', or ImageNet's "
+                        "for 1000 classes)")
     e.add_argument("--quantization", choices=quantization_modes(), help=export_help["quantization"])
-    e.add_argument("--compute-dtype", choices=("float32", "bfloat16"), default="float32",
+    e.add_argument("--compute-dtype", choices=compute_dtypes(), default="float32",
                    help="SavedModel only: the dtype of the matmuls; bfloat16 for CPUs with bfloat16 units "
                         "and GPUs, float32 in and out (default: %(default)s)")
     e.add_argument("--jit", action="store_true",

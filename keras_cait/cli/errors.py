@@ -12,7 +12,11 @@ KERAS_CAIT_DEBUG=1) shows the traceback of the user's mistakes too.
 
 Commands raise `usage(...)` or `fail(...)` and check their arguments and
 output folders before any model is built or data are read; `reported` turns
-those errors, and the operating system's (files, network, Ctrl-C), into the line.
+those errors, and the operating system's (files, network, Ctrl-C, memory), into the line.
+Running out of memory is the line naming the flags that lower it (`LESS_MEMORY`) where
+Python or TensorFlow raise an error (MemoryError, ResourceExhaustedError); where the
+allocator aborts the process instead (`std::bad_alloc`, then SIGABRT or a segmentation
+fault) nothing can be caught, and the shell's "Aborted" or "Segmentation fault" is all there is.
 The library's errors speak Python (`weights='/path/to/model.safetensors'`); the
 line speaks the command's flags (`--weights /path/to/model.safetensors`).
 """
@@ -25,9 +29,10 @@ import re
 import sys
 import traceback
 
+from keras_cait.startup_interrupt import DEBUG_ENV, INTERRUPTED, command_begins, debug_requested
+
 USAGE = 2
 FAILURE = 1
-DEBUG_ENV = "KERAS_CAIT_DEBUG"
 
 
 class UserError(Exception):
@@ -59,7 +64,7 @@ def usage(message):
     return UserError(message, USAGE)
 
 
-def flag_syntax(message, names=("weights", "quantization")):
+def flag_syntax(message, names=("weights", "quantization", "compute_dtype")):
     """A library's keyword arguments in a message as the command line's flags: `weights='PATH'` /
     `weights=None` / `batch_size=64` -> `--weights PATH` / `--weights none` / `--batch-size 64`
     for each of `names`; `overwrite=True (keras-cait export --overwrite)` -> `--overwrite`."""
@@ -97,10 +102,6 @@ def add_debug_flag(parser):
     )
 
 
-def debug_requested(argv):
-    return "--debug" in argv or os.environ.get(DEBUG_ENV, "").strip().lower() in ("1", "true", "yes")
-
-
 _ADVICE = {
     errno.EACCES: "check its permissions, or choose another folder",
     errno.EPERM: "check its permissions, or choose another folder",
@@ -131,22 +132,57 @@ def _file_system_op_error(error):
     return isinstance(error, (tf.errors.NotFoundError, tf.errors.PermissionDeniedError))
 
 
+# What lowers the memory a command needs, for the line of an out-of-memory error.
+LESS_MEMORY = {
+    "train": "lower --batch-size (the learning rate follows it) or --image-size, or train a smaller --model",
+    "finetune": "lower --batch-size or --image-size, or fine-tune a smaller --model (e.g. XXS24)",
+    "evaluate": "lower --batch-size, or --image-size for a CaiT by name",
+    "predict": "lower --batch-size, or use a smaller --model (e.g. cait_xxs24_224)",
+    "attention": "use a smaller --model (e.g. cait_xxs24_224)",
+    "export": "close other programs, or export a smaller --model (e.g. cait_xxs24_224): an export holds the "
+              "model several times over",
+    "demo": "run the small demo: --small",
+}
+
+
+def _out_of_memory(error):
+    """`(what ran out)` for Python's MemoryError and TensorFlow's (or XLA's) out-of-memory errors, else None."""
+    if isinstance(error, MemoryError):
+        text = str(error).strip().splitlines()
+        return f" ({text[0]})" if text else ""
+    names = {kind.__name__ for kind in type(error).__mro__}
+    if not names & {"ResourceExhaustedError", "XlaRuntimeError", "OutOfMemoryError"}:
+        return None
+    message = getattr(error, "message", None) or str(error)
+    if not re.search(r"\bOOM\b|out of memory|Cannot allocate memory|failed to allocate", message, re.IGNORECASE):
+        return None  # TensorFlow's RESOURCE_EXHAUSTED is also a full disk or a quota
+    found = re.search(r"OOM when allocating tensor with shape\s*\[[^\]]*\]|(Out of memory|Cannot allocate "
+                      r"memory|failed to allocate)[^\n.;]*", message, re.IGNORECASE)
+    return f" ({found.group(0).strip()})" if found else ""
+
+
 @contextlib.contextmanager
 def reported(command, argv):
     """Runs the body of `keras-cait COMMAND`; its user errors end the command with the contract's line.
 
-    `command` is None before a command is known (`keras-cait --bad-flag`).
+    `command` is None before a command is known (`keras-cait --bad-flag`). Ctrl-C before
+    this (while Keras and TensorFlow load) ends `keras-cait` with the same line
+    (`keras_cait.startup_interrupt`); from here on it is a KeyboardInterrupt.
     """
     try:
+        command_begins()
         yield
     except UserError as error:
         _exit(command, str(error), error.status, argv)
     except KeyboardInterrupt:
-        _exit(command, "interrupted; run the same command again (train and finetune resume "
-                       "from their last backup)", FAILURE, argv)
+        _exit(command, INTERRUPTED, FAILURE, argv)
     except OSError as error:
         _exit(command, os_error_line(error), FAILURE, argv)
     except Exception as error:
+        ran_out = _out_of_memory(error)
+        if ran_out is not None:
+            advice = LESS_MEMORY.get(command, "close other programs, or run it on a machine with more memory")
+            _exit(command, f"out of memory{ran_out}; {advice}.", FAILURE, argv)
         if not _file_system_op_error(error):
             raise
         _exit(command, f"{error.message}; check the path and its permissions", FAILURE, argv)
@@ -261,6 +297,14 @@ def check_writable_file(flag, path):
     if os.path.isdir(path):
         raise fail(f"{flag} {path} is a folder; give a file name inside it.")
     check_writable_folder(flag, path, folder=os.path.dirname(os.path.abspath(path)))
+
+
+def read_class_names(flag, path):
+    """The names in the text file `path` given to `flag`, one a line (blank lines skipped), or the line."""
+    if not os.path.isfile(path):
+        raise fail(f"{flag} {path}: no such file; give a text file with one class name per line.")
+    with open(path, encoding="utf-8") as file:
+        return [line.strip() for line in file if line.strip()]
 
 
 def check_range(flag, value, low, high=None, example=None):

@@ -3,7 +3,9 @@
 Every place that depends on the format reads `FORMATS`: `check_destination` and
 `check_quantization` (keras_cait/export/core.py), the exporters found as
 `keras_cait.export.<exporter>` and `keras_cait.<exporter>`, and `keras-cait export`
-(its dispatch, `--quantization` choices and help). docs/export.md's formats table is
+(its dispatch, `--quantization` and `--compute-dtype` choices, help and refusals). A
+refusal is written from the table too: what each format takes, and where the refused
+value goes (`Format.refused`, `Format.refused_compute_dtype`). docs/export.md's formats table is
 `markdown_table()`; tests/export/test_formats.py holds the two equal.
 
 Adding a format is one module, `keras_cait/export/<name>.py` defining `export_<name>`,
@@ -27,8 +29,9 @@ class Format:
     exporter: str  # "export_<module>": defined in keras_cait/export/<module>.py
     quantizations: tuple  # the `quantization=` values it takes, None (float) first
     extra: str | None  # to export: pip install "keras-cait[<extra>]"; None: keras-cait alone
-    refusal: str  # why any other `quantization` is refused and what to do, after "quantization=<mode>: "
-    refusals: dict = dataclasses.field(default_factory=dict, hash=False)  # {mode: its own refusal}
+    refusal: str | None = None  # why it takes no other `quantization` (a sentence), where there is more to say
+    refusals: dict = dataclasses.field(default_factory=dict, hash=False)  # {mode: why that mode is refused}
+    compute_dtypes: tuple = ("float32",)  # the `compute_dtype=` values it takes, float32 first
     writes: str = ""  # for docs/export.md: what the destination holds
     runs_on: str = ""  # for docs/export.md: what serves it
 
@@ -45,12 +48,55 @@ class Format:
         """The exporter function, its module imported (TensorFlow with it)."""
         return getattr(importlib.import_module(self.module), self.exporter)
 
+    @property
+    def destination(self):
+        """"a SavedModel version folder", "a .onnx file": what a path of this format is."""
+        return f"a {self.suffix} file" if self.suffix else f"a {self.name} version folder"
+
+    @property
+    def example(self):
+        return f"cait{self.suffix}" if self.suffix else "serving/cait/1"
+
     def refused(self, quantization):
-        """The line refusing `quantization`, or None where this format takes it."""
+        """The line refusing `quantization`, or None where this format takes it:
+
+            quantization='dynamic_int8': SavedModel (a version folder) takes int8, int4 or float8;
+            ONNX (a .onnx file) int8; ... For dynamic_int8, export to a .tflite file, e.g. cait.tflite.
+        """
         if quantization in self.quantizations:
             return None
         own = self.refusals.get(quantization) if isinstance(quantization, str) else None
-        return f"quantization={quantization!r}: {own or self.refusal}"
+        return self._refusal("quantization", quantization, own or self.refusal)
+
+    def refused_compute_dtype(self, compute_dtype):
+        """The line refusing `compute_dtype` ("bfloat16" to a .onnx file), or None where this format takes it."""
+        if compute_dtype in self.compute_dtypes:
+            return None
+        return self._refusal("compute_dtype", compute_dtype)
+
+    def _refusal(self, argument, value, why=None):
+        """`argument=value: <what each format takes, this one first>. <why> <where value goes>`."""
+        attribute = {"quantization": "quantizations", "compute_dtype": "compute_dtypes"}[argument]
+        verb = "takes" if argument == "quantization" else "computes in"
+
+        def takes(row):
+            values = [each for each in getattr(row, attribute) if each is not None]
+            return listed(values, "or") if values else "float only"
+
+        others = [row for row in FORMATS if row is not self]
+        listing = "; ".join([f"{self._label} {verb} {takes(self)}", *(f"{row._label} {takes(row)}" for row in others)])
+        takers = [row for row in FORMATS if value in getattr(row, attribute)]
+        if takers:
+            where = (f"For {value}, export to {listed([row.destination for row in takers], 'or')}, e.g. "
+                     f"{listed([row.example for row in takers], 'or')}.")
+        else:
+            where = f"No format takes {value}; give one of those, or leave {argument} out."
+        return " ".join(filter(None, [f"{argument}={value!r}: {listing}.", f"{why}." if why else None, where]))
+
+    @property
+    def _label(self):
+        """"SavedModel (a version folder)", "ONNX (a .onnx file)"."""
+        return f"{self.name} ({self.destination.replace(f' {self.name} ', ' ')})"
 
 
 FORMATS = (
@@ -60,7 +106,7 @@ FORMATS = (
         exporter="export_saved_model",
         quantizations=(None, "int8", "int4", "float8"),
         extra=None,
-        refusal="must be one of (None, 'int8'), e.g. 'int8', or Keras' smaller 'int4' or 'float8'.",
+        compute_dtypes=("float32", "bfloat16"),
         writes="a SavedModel version folder, e.g. `serving/cait/1`",
         runs_on="TF Serving (REST and gRPC), `tf.saved_model.load`",
     ),
@@ -70,8 +116,10 @@ FORMATS = (
         exporter="export_onnx",
         quantizations=(None, "int8"),
         extra="onnx",
-        refusal="must be one of (None, 'int8'), e.g. 'int8', for ONNX (tf2onnx unpacks int4 kernels to "
-                "float32, no smaller than float, and has no float8); export a SavedModel for 'int4' or 'float8'.",
+        refusals={
+            "int4": "tf2onnx unpacks int4 kernels to float32, no smaller than float",
+            "float8": "tf2onnx has no float8",
+        },
         writes="an ONNX file",
         runs_on="onnxruntime and other ONNX runtimes",
     ),
@@ -81,10 +129,9 @@ FORMATS = (
         exporter="export_litert",
         quantizations=(None, "dynamic_int8"),
         extra=None,
-        refusal="must be one of (None, 'dynamic_int8'), e.g. 'dynamic_int8'.",
         refusals={
             "int8": "Keras' int8 model does not convert to LiteRT (TFLite's fully_connected takes no int8 "
-                    "activations); use quantization='dynamic_int8', TFLite's own int8 weights.",
+                    "activations); dynamic_int8 is TFLite's own int8 weights",
         },
         writes="a LiteRT (TFLite) flatbuffer",
         runs_on='the LiteRT interpreter (`ai-edge-litert`, `pip install "keras-cait[litert]"`), Android, iOS, '
@@ -96,9 +143,8 @@ FORMATS = (
         exporter="export_openvino",
         quantizations=(None,),
         extra="openvino",
-        refusal="the OpenVINO export is float only, since Keras' int8 model does not convert to OpenVINO "
-                "correctly; export the float model and compress it with OpenVINO's NNCF "
-                "(nncf.compress_weights), or use int8 with a SavedModel or ONNX.",
+        refusal="Keras' int8 model does not convert to OpenVINO correctly; export the float model and "
+                "compress it with OpenVINO's NNCF (nncf.compress_weights)",
         writes="OpenVINO IR: the `.xml` graph and its `.bin` weights beside it",
         runs_on="OpenVINO (Intel's CPU/GPU/NPU runtime)",
     ),
@@ -144,6 +190,17 @@ def quantization_modes():
     return list(dict.fromkeys(mode for row in FORMATS for mode in row.quantizations if mode is not None))
 
 
+def compute_dtypes():
+    """Every `compute_dtype` that some format takes, float32 first."""
+    return list(dict.fromkeys(dtype for row in FORMATS for dtype in row.compute_dtypes))
+
+
+def listed(names, last="and"):
+    """["A", "B", "C"] -> "A, B and C"."""
+    names = list(names)
+    return f" {last} ".join(filter(None, [", ".join(names[:-1]), names[-1]]))
+
+
 # The modes of the SavedModel, LiteRT and ONNX exports, under the names keras_cait.export has exported.
 KERAS_QUANTIZATIONS = by_exporter("export_saved_model").quantizations
 QUANTIZATIONS = by_exporter("export_litert").quantizations
@@ -153,18 +210,19 @@ ONNX_QUANTIZATIONS = by_exporter("export_onnx").quantizations
 def markdown_table():
     """docs/export.md's formats table, between its `export_formats` markers."""
     lines = [
-        "| format | destination | exporter | `quantization` | to install | writes | runs on "
-        "| any other mode is refused with `quantization=<mode>: …` |",
-        "|---|---|---|---|---|---|---|---|",
+        "| format | destination | exporter | `quantization` | `compute_dtype` | to install | writes | runs on "
+        "| why it takes no other mode |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in FORMATS:
         destination = f"`*{row.suffix}`" if row.suffix else "any other path: `MODEL_BASE_PATH/<n>`"
         modes = ", ".join("None" if mode is None else f'`"{mode}"`' for mode in row.quantizations)
+        dtypes = ", ".join(f'`"{dtype}"`' for dtype in row.compute_dtypes)
         install = f'`pip install "keras-cait[{row.extra}]"`' if row.extra else "nothing more"
-        refusals = " ".join(f"`{mode}`: {text}" for mode, text in row.refusals.items())
-        refusal = f"{refusals} Any other: {row.refusal}" if refusals else row.refusal
+        whys = [f"`{mode}`: {text}." for mode, text in row.refusals.items()]
+        whys += [f"{'Any other: ' if whys else ''}{row.refusal}."] if row.refusal else []
         lines.append(
-            f"| {row.name} | {destination} | `{row.exporter}` | {modes} | {install} | {row.writes} | "
-            f"{row.runs_on} | {refusal} |"
+            f"| {row.name} | {destination} | `{row.exporter}` | {modes} | {dtypes} | {install} | {row.writes} | "
+            f"{row.runs_on} | {' '.join(whys) or '—'} |"
         )
     return "\n".join(lines)

@@ -83,10 +83,15 @@ class CaiTBackbone(keras_hub.models.Backbone):
 
     @classmethod
     def from_preset(cls, preset, load_weights=True, **kwargs):
-        """A released checkpoint by its timm name (`"cait_s24_224"`), or any keras-hub preset."""
+        """A released checkpoint by its timm name (`"cait_s24_224"`), or any keras-hub preset.
+
+        `weights="/path/to/model.safetensors"` (or a .pth or .weights.h5 file) reads the released
+        preset's weights from that file instead of the network (`presets.weights_argument`).
+        """
+        weights = presets.weights_argument(preset, load_weights, kwargs)
         if not presets.is_released(preset):
             return super().from_preset(preset, load_weights=load_weights, **kwargs)
         backbone = cls(**{**presets.backbone_config(preset), **kwargs})
-        if load_weights:
-            presets.load_imagenet_weights(backbone, preset)
+        if weights is not None:
+            presets.load_weights(backbone, preset, weights)
         return backbone

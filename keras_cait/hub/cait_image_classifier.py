@@ -85,11 +85,13 @@ class CaiTImageClassifier(keras_hub.models.ImageClassifier):
 
         For `"cait_s24_224"` and the other released names (`keras_cait.hub.PRESETS`)
         the weights are timm's checkpoint, fetched as `weights="imagenet"` fetches it
-        and put straight into this one model (`presets.load_imagenet_weights`). As for
-        keras-hub's classifiers, passing `num_classes` gives a new, random head.
-        `load_weights=False` builds the architecture with random weights and
-        downloads nothing.
+        and put straight into this one model (`presets.load_weights`); with
+        `weights="/path/to/model.safetensors"` (or a .pth or .weights.h5 file) they are
+        read from that file, with no network. As for keras-hub's classifiers, passing
+        `num_classes` gives a new, random head. `load_weights=False` builds the
+        architecture with random weights and downloads nothing.
         """
+        weights = presets.weights_argument(preset, load_weights, kwargs)
         if not presets.is_released(preset):
             return super().from_preset(preset, load_weights=load_weights, **kwargs)
         backbone = CaiTBackbone(**presets.backbone_config(preset), dtype=kwargs.pop("dtype", None))
@@ -98,6 +100,6 @@ class CaiTImageClassifier(keras_hub.models.ImageClassifier):
         new_head = "num_classes" in kwargs
         kwargs.setdefault("num_classes", 1000)
         classifier = cls(backbone=backbone, **kwargs)
-        if load_weights:
-            presets.load_imagenet_weights(backbone, preset, head=None if new_head else classifier.output_dense)
+        if weights is not None:
+            presets.load_weights(backbone, preset, weights, head=None if new_head else classifier.output_dense)
         return classifier

@@ -36,6 +36,7 @@ import keras
 
 from keras_cait import variants
 from keras_cait.atomic import written_atomically
+from keras_cait.layers import PatchEmbedding
 from keras_cait.model import build_cait, class_count, with_class_names
 from keras_cait.training import distribute, lora, resume, sources, stream, transfer
 from keras_cait.training.callbacks import best_record_path, run_callbacks, save_model, tensorboard_installed
@@ -315,7 +316,12 @@ def default_image_size(model):
     return variants.default_image_size(model)
 
 
-def _square_side(model):
+def _square_side(model, given=None):
+    """The side of the square images `model` takes; `given`: the model argument it came from (a path)."""
+    if not isinstance(model.input_shape, tuple) or len(model.input_shape) != 4:
+        named = f"model={os.fspath(given)!r}" if isinstance(given, (str, os.PathLike)) else f"model {model.name!r}"
+        raise RunError(f"{named} takes inputs of shape {model.input_shape}, not images (batch, height, width, 3); "
+                       "give an image classifier.", "model")
     height, width = model.input_shape[1:3]
     if height != width:
         raise RunError(f"model takes {height}x{width} images; give image_size for a square size to run "
@@ -345,8 +351,13 @@ def _backbone(model, weights, recipe, image_size, precision, keep_head):
     """A CaiT at `image_size`: a variant with its weights, or a .keras model (rebuilt under
     `precision`); without its head unless `keep_head`."""
     if _is_file(model):
+        loaded = _load_keras("model", model)
+        if not any(isinstance(layer, PatchEmbedding) for layer in loaded.layers):
+            raise RunError(f"model={os.fspath(model)!r} holds {loaded.name!r} (inputs {loaded.input_shape}), not a "
+                           "CaiT, and fine-tuning starts from a CaiT's layers; give a CaiT saved as .keras (e.g. "
+                           "best.keras of a finetune run) or a CaiT variant, e.g. model='XXS24'.", "model")
         # The file keeps the dtype policy it was saved with; the run's precision decides.
-        loaded = transfer.with_dtype_policy(_load_keras("model", model), precision)
+        loaded = transfer.with_dtype_policy(loaded, precision)
         image_size = image_size or _square_side(loaded)
         if loaded.input_shape[1:3] != (image_size, image_size):
             loaded = transfer.at_resolution(loaded, image_size)
@@ -689,7 +700,7 @@ def evaluate(model, data, *, weights="imagenet", class_names=None, tfds_dir=None
     source = _open("data", data, class_names, tfds_dir)
     if isinstance(model, keras.Model) or _is_file(model):
         classifier = model if isinstance(model, keras.Model) else _load_keras("model", model)
-        side = _square_side(classifier)
+        side = _square_side(classifier, model)
         if image_size is not None and image_size != side:
             raise RunError(f"image_size={image_size}: the model takes {side}x{side} images; leave image_size "
                            "out to use the model's size.", "image_size", usage=True)

@@ -264,3 +264,26 @@ def test_a_keras_file_without_class_scores_is_refused_by_predict_and_export(tiny
             main([*arguments, "--model", path])
         assert f"--model {path!r}: cait outputs (None, 5, 64), not class scores (batch, classes)" in capsys.readouterr().err
     assert not (tmp_path / "serving").exists()
+
+
+@pytest.mark.large
+def test_export_names_the_classes_of_a_model_without_names_from_a_class_names_file(tiny_cait, tmp_path, capsys):
+    """A .keras classifier whose classes have no names (a Python-built one) is exported with
+    --class-names FILE, one name a line; the SavedModel's top_k_classes answer those names."""
+    import tensorflow as tf
+
+    path = str(tmp_path / "unnamed.keras")
+    model = tiny_cait(classes=3)
+    model.save(path)
+    names = tmp_path / "names.txt"
+    names.write_text("sparrow\nrobin\n\nwren\n")  # blank lines are skipped, as for train's --class-names
+    version = tmp_path / "serving" / "1"
+
+    main(["export", str(version), "--model", path, "--class-names", str(names), "--top-k", "3"])
+
+    assert capsys.readouterr().out == f"wrote {version}\n"
+    images = np.random.default_rng(2).uniform(0, 255, (2, 32, 32, 3)).astype("float32")
+    served = tf.saved_model.load(str(version)).signatures["serving_default"](images=tf.constant(images))
+    order = np.argsort(-model.predict(images, verbose=0), axis=-1, kind="stable")
+    expected = np.array(["sparrow", "robin", "wren"])[order]
+    assert served["top_k_classes"].numpy().astype(str).tolist() == expected.tolist()

@@ -65,6 +65,8 @@ ROWS = {
     "predict/weights-not-a-checkpoint": row(
         "predict {image} --model cait_xxs24_224 --weights {garbage}.safetensors", FAILURE,
         "--weights {garbage}.safetensors", reads="model"),
+    "predict/keras-model-not-of-images": row("predict {image} --model {dense}", FAILURE, "--model '{dense}'",
+                                             "(None, 8)", "not images", reads="model"),
     "predict/offline-imagenet-weights": row("predict {image} --model cait_xxs24_224", FAILURE,
                                             "--weights /path/to/model.safetensors", "--weights none",
                                             reads="model"),
@@ -102,6 +104,18 @@ ROWS = {
     "export/missing-weights": row("export {tmp}/serving/1 --model cait_xxs24_224 --weights "
                                   "{tmp}/missing.safetensors", FAILURE, "--weights {tmp}/missing.safetensors",
                                   reads="model"),
+    "export/dynamic-int8-to-a-saved-model": row("export {tmp}/serving/1 --weights none --quantization dynamic_int8",
+                                                USAGE, "--quantization dynamic_int8", "a .tflite file"),
+    "export/bfloat16-to-onnx": row("export {tmp}/cait.onnx --weights none --compute-dtype bfloat16", USAGE,
+                                   "--compute-dtype bfloat16", "ONNX", "SavedModel"),
+    "export/no-class-names": row("export {tmp}/serving/1 --model {model}", FAILURE, "--model {model}",
+                                 "10 classes", "--class-names FILE", reads="model"),
+    "export/class-names-count": row("export {tmp}/serving/1 --model {model} --class-names {names}", FAILURE,
+                                    "--class-names {names}", "3 names", "10 classes", reads="model"),
+    "export/missing-class-names": row("export {tmp}/serving/1 --model {model} --class-names {tmp}/missing.txt",
+                                      FAILURE, "--class-names {tmp}/missing.txt", "no such file"),
+    "export/class-names-with-onnx": row("export {tmp}/cait.onnx --model {model} --class-names {names}", USAGE,
+                                        "--class-names", "SavedModel"),
     # --- attention ---
     "attention/out-not-png": row("attention {image} --out {tmp}/maps.jpg", USAGE, "{tmp}/maps.jpg", ".png"),
     "attention/missing-image": row("attention {tmp}/missing.jpg --out {tmp}/maps.png", FAILURE,
@@ -114,6 +128,8 @@ ROWS = {
                                          FAILURE, "{tmp}/missing.keras", "no such file"),
     "attention/keras-model-not-a-model": row("attention {image} --out {tmp}/maps.png --model "
                                              "{garbage}.keras", FAILURE, "{garbage}.keras", reads="model"),
+    "attention/keras-model-not-a-cait": row("attention {image} --out {tmp}/maps.png --model {notcait}", FAILURE,
+                                            "--model {notcait}", "no ClassAttentionBlock", reads="model"),
     "attention/unknown-model": row("attention {image} --out {tmp}/maps.png --model cait_zz99", USAGE,
                                    "cait_zz99"),
     # --- demo ---
@@ -162,6 +178,12 @@ ROWS = {
                                  "--data {tmp}/missing"),
     "finetune/batch-larger-than-data": row(FINETUNE + " --batch-size 8 --val-fraction 0", USAGE,
                                            "--batch-size 8", reads="data"),
+    "finetune/keras-model-not-a-cait": row(FINETUNE + " --model {notcait}", FAILURE, "--model {notcait}",
+                                           "not a CaiT", "variant", reads="data model"),
+    "finetune/keras-model-not-of-images": row(FINETUNE + " --model {dense}", FAILURE, "--model {dense}",
+                                              "(None, 8)", "not a CaiT", reads="data model"),
+    "evaluate/keras-model-not-of-images": row(EVALUATE + " --model {dense}", FAILURE, "--model {dense}", "(None, 8)",
+                                              "not images", reads="data model"),
     # --- evaluate ---
     "evaluate/missing-data": row("evaluate --data {tmp}/missing", FAILURE, "--data {tmp}/missing"),
     "evaluate/missing-keras-model": row(EVALUATE + " --model {tmp}/missing.keras", FAILURE,
@@ -201,9 +223,22 @@ def tiny_keras_model(tmp_path_factory):
     return str(path)
 
 
+@pytest.fixture(scope="module")
+def other_keras_models(tmp_path_factory):
+    """{notcait}: a keras.applications MobileNet with its 2-class top; {dense}: a Dense model of
+    8 numbers, each saved as .keras (outside every row's folder)."""
+    import keras
+
+    folder = tmp_path_factory.mktemp("other_models")
+    keras.applications.MobileNet(weights=None, input_shape=(32, 32, 3), classes=2).save(folder / "mobilenet.keras")
+    keras.Sequential([keras.Input((8,)), keras.layers.Dense(2)]).save(folder / "dense.keras")
+    return {"notcait": str(folder / "mobilenet.keras"), "dense": str(folder / "dense.keras")}
+
+
 def make_workspace(root):
     """The files the rows name: {image} {garbage}.jpg|.safetensors|.keras {afile} {folder}
-    {pngfolder} {digits} (2 classes of 2 images) {empty} (a class without images) {existing}/1."""
+    {pngfolder} {digits} (2 classes of 2 images) {empty} (a class without images) {existing}/1
+    {names} (3 class names, one a line)."""
     os.makedirs(root, exist_ok=True)
     paths = {"tmp": str(root)}
     paths["image"] = str(_image(os.path.join(root, "photo.png")))
@@ -214,6 +249,9 @@ def make_workspace(root):
     paths["afile"] = os.path.join(root, "afile")
     with open(paths["afile"], "w") as file:
         file.write("not a folder\n")
+    paths["names"] = os.path.join(root, "three_names.txt")
+    with open(paths["names"], "w") as file:
+        file.write("cat\ndog\nbird\n")
     for name in ("folder", "pngfolder.png", "existing/1", "empty/cat"):
         os.makedirs(os.path.join(root, name))
     paths.update(folder=os.path.join(root, "folder"), pngfolder=os.path.join(root, "pngfolder.png"),
@@ -292,10 +330,10 @@ def assert_contract(command, status, err, row, paths):
 
 @pytest.mark.large
 @pytest.mark.parametrize("name", list(ROWS))
-def test_row(name, tmp_path, monkeypatch, capfd, guards, tiny_keras_model, policy):
+def test_row(name, tmp_path, monkeypatch, capfd, guards, tiny_keras_model, other_keras_models, policy):
     """`policy` restores float32: rows that list data set the run's dtype policy first."""
     row = ROWS[name]
-    paths = {**make_workspace(tmp_path / "row"), "model": tiny_keras_model}
+    paths = {**make_workspace(tmp_path / "row"), "model": tiny_keras_model, **other_keras_models}
     monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras_home"))
     monkeypatch.setenv("KERAS_CAIT_HUB_URL", "http://127.0.0.1:9")  # refuses connections
     monkeypatch.delenv("KERAS_CAIT_DEBUG", raising=False)
@@ -373,6 +411,54 @@ def test_the_console_command_exits_with_the_status_and_the_line_alone(tmp_path):
     assert (status, out) == (USAGE, "")
     assert err.count("\n") == 1 and err.startswith("keras-cait export: path ") and "Traceback" not in err
     assert os.listdir(tmp_path) == []
+
+
+INTERRUPTED = "interrupted; run the same command again (train and finetune resume from their last backup)"
+
+
+def _importing_tensorflow(pid):
+    """Whether TensorFlow's library is mapped into process `pid`: it is importing Keras and TensorFlow."""
+    with open(f"/proc/{pid}/maps") as maps:
+        return "tensorflow" in maps.read()
+
+
+@pytest.mark.large
+@pytest.mark.parametrize("entry, after", [("script", 0.0), ("script", 1.0), ("script", 3.0), ("module", 0.5),
+                                          ("script", "training")])
+def test_ctrl_c_while_the_command_starts_is_the_interrupted_line(entry, after, tmp_path):
+    """SIGINT `after` seconds once the process has begun loading TensorFlow (polled in /proc, so
+    the signal never lands before Python runs keras_cait), or once the run has begun training
+    (its run.json written): on the real console script (or `python -m keras_cait.cli`), wherever
+    it lands (importing Keras and TensorFlow, importing the training modules, or in the run), the
+    line alone, never a KeyboardInterrupt traceback."""
+    import signal
+    import time
+
+    if not os.path.exists("/proc/self/maps"):
+        pytest.skip("no /proc to see when the process has begun loading TensorFlow")
+    paths = make_workspace(tmp_path / "row")
+    command = ([os.path.join(os.path.dirname(sys.executable), "keras-cait")] if entry == "script"
+               else [sys.executable, "-m", "keras_cait.cli"])
+    argv = ["finetune", "--data", paths["digits"], "--output-dir", str(tmp_path / "run"), "--model", "XXS24",
+            "--weights", "none", "--image-size", "32", "--verbose", "0", "--epochs", "1000"]
+    environment = {**os.environ, "PYTHONPATH": REPOSITORY, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    environment.pop("KERAS_CAIT_DEBUG", None)
+    process = subprocess.Popen([*command, *argv], env=environment, cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        started = ((lambda: os.path.exists(tmp_path / "run" / "run.json")) if after == "training"
+                   else (lambda: _importing_tensorflow(process.pid)))
+        while process.poll() is None and not started():
+            time.sleep(0.005)
+        assert process.poll() is None, process.communicate()
+        time.sleep(0 if after == "training" else after)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=300)
+    finally:
+        process.kill()
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert err.rstrip("\n").splitlines()[-1] == f"keras-cait finetune: {INTERRUPTED}", err
+    assert process.returncode == FAILURE, err
 
 
 # === Rows whose mistake is a permission: run as a user other than root ===

@@ -130,3 +130,95 @@ def test_predict_of_a_gif_frame_bomb_is_one_line_before_any_decoding(tmp_path):
     bomb.write_bytes(gif_of_frames(2, (12_000, 12_000)))
     message = one_line_error(["predict", str(bomb), "--weights", "none", "--model", "cait_xxs24_224"])
     assert message.startswith(f"keras-cait predict: Image {str(bomb)!r} is 2 frames of 12000x12000 pixels")
+
+
+# === Running out of memory ===
+
+# What each command's line must name: the flags that lower its memory.
+LESS_MEMORY = {
+    "train": ("--batch-size", "--image-size"),
+    "finetune": ("--batch-size", "--image-size"),
+    "evaluate": ("--batch-size", "--image-size"),
+    "predict": ("--batch-size", "--model"),
+    "export": ("--model",),
+}
+
+
+def out_of_memory(kind):
+    """The error a step raises when memory runs out: numpy's MemoryError, or TensorFlow's, whose
+    message carries the graph's node and advice for TensorFlow developers."""
+    import tensorflow as tf
+
+    if kind == "MemoryError":
+        return MemoryError("Unable to allocate 3.00 GiB for an array with shape (64, 8, 197, 197) and data type float32")
+    return tf.errors.ResourceExhaustedError(
+        None, None, "Graph execution error:\n\nDetected at node StatefulPartitionedCall defined at (most recent "
+                    "call last):\n  File \"train.py\", line 1\n\nOOM when allocating tensor with shape[64,8,197,197] "
+                    "and type float on /job:localhost/replica:0/task:0/device:CPU:0 by allocator cpu\n\t "
+                    "[[{{node StatefulPartitionedCall}}]]\nHint: If you want to see a list of allocated tensors "
+                    "when OOM happens, add report_tensor_allocations_upon_oom to RunOptions for current "
+                    "allocation info.")
+
+
+@pytest.mark.parametrize("kind", ["MemoryError", "ResourceExhaustedError"])
+@pytest.mark.parametrize("command", list(LESS_MEMORY))
+def test_running_out_of_memory_is_one_line_naming_what_to_lower(command, kind, tmp_path, monkeypatch, capfd):
+    """The step that runs out is replaced by one raising the error (nothing this big is allocated)."""
+    from keras_cait import export as exporters
+    from keras_cait.cli import commands
+    from keras_cait.model import CaiTModel, build_cait
+    from tests.conftest import TINY_CAIT
+
+    def step(*args, **kwargs):
+        raise out_of_memory(kind)
+
+    data = tmp_path / "photos"
+    for label in ("cat", "dog"):
+        (data / label).mkdir(parents=True)
+    image = tmp_path / "photo.png"
+    keras.utils.save_img(image, np.zeros((32, 32, 3), "uint8"))
+    monkeypatch.setattr(commands, "_build", lambda *args: build_cait(**TINY_CAIT, input_shape=(32, 32, 3)))
+    monkeypatch.setattr(runs.run, command, step, raising=False)
+    monkeypatch.setattr(CaiTModel, "predict", step)
+    monkeypatch.setattr(exporters, "export_saved_model", step)
+    argv = {
+        "train": ["train", "--data", str(data), "--output-dir", str(tmp_path / "run")],
+        "finetune": ["finetune", "--data", str(data), "--output-dir", str(tmp_path / "run")],
+        "evaluate": ["evaluate", "--data", str(data)],
+        "predict": ["predict", str(image), "--weights", "none"],
+        "export": ["export", str(tmp_path / "serving" / "1"), "--weights", "none"],
+    }[command]
+    capfd.readouterr()
+    with pytest.raises(SystemExit) as ended:
+        main(argv)
+    err = capfd.readouterr().err
+    assert ended.value.code == 1 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(f"keras-cait {command}: out of memory (")
+    assert "shape[64,8,197,197]" in err or "shape (64, 8, 197, 197)" in err
+    for flag in LESS_MEMORY[command]:
+        assert flag in err, err
+    assert "Hint" not in err and "node" not in err  # TensorFlow's advice is for its developers
+
+
+@pytest.mark.large
+def test_a_finetune_whose_training_step_runs_out_of_memory_ends_in_the_line(tiny_cait, digits, tmp_path, capfd, policy):
+    """The real run, up to the first training step, which raises TensorFlow's out-of-memory error."""
+    from keras_cait.model import CaiTModel
+
+    folder = digits(tmp_path / "digits", per_class=2, classes=range(2))
+    model_path = str(tmp_path / "pretrained.keras")
+    tiny_cait(classes=10).save(model_path)
+
+    def train_step(self, data):
+        raise out_of_memory("ResourceExhaustedError")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(CaiTModel, "train_step", train_step)
+        capfd.readouterr()
+        with pytest.raises(SystemExit) as ended:
+            main(["finetune", "--model", model_path, "--data", folder, "--output-dir", str(tmp_path / "run"),
+                  "--no-jit", "--verbose", "0", "--val-fraction", "0"])
+    err = capfd.readouterr().err
+    assert ended.value.code == 1 and "Traceback" not in err
+    assert err.splitlines()[-1].startswith("keras-cait finetune: out of memory (OOM when allocating tensor with "
+                                           "shape[64,8,197,197]); lower --batch-size or --image-size")

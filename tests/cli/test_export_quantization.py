@@ -10,16 +10,41 @@ from keras_cait.cli import main
 @pytest.mark.parametrize(
     "output, quantization, message",
     [
-        ("cait.tflite", "int8", "does not convert to LiteRT.*use --quantization dynamic_int8"),
-        ("cait.xml", "int8", "OpenVINO export is float only"),
-        ("cait.onnx", "dynamic_int8", r"must be one of \(None, 'int8'\), e.g. 'int8'"),
-        ("serving/cait/1", "dynamic_int8", r"must be one of \(None, 'int8'\)"),
+        ("cait.tflite", "int8", r"LiteRT \(a .tflite file\) takes dynamic_int8;.*does not convert to LiteRT"),
+        ("cait.xml", "int8", r"OpenVINO \(a .xml file\) takes float only;.*export to a SavedModel version "
+                             r"folder or a .onnx file"),
+        ("cait.onnx", "dynamic_int8", r"ONNX \(a .onnx file\) takes int8;.*export to a .tflite file"),
+        ("serving/cait/1", "dynamic_int8", r"SavedModel \(a version folder\) takes int8, int4 or float8;.*"
+                                           r"export to a .tflite file, e.g. cait.tflite\.$"),
     ],
 )
 def test_unsupported_quantization_is_refused_before_the_model_is_built(output, quantization, message, tmp_path):
     # --weights imagenet would download the weights, if the check came after building the model.
     with pytest.raises(SystemExit, match=f"keras-cait export: --quantization {quantization}: .*{message}"):
         main(["export", str(tmp_path / output), "--quantization", quantization, "--model", "cait_s24_224"])
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_saved_model_with_dynamic_int8_is_one_line_saying_what_each_format_takes(tmp_path, capfd):
+    """Not the old "must be one of (None, 'int8'), ..., or 'int4' or 'float8'", which contradicted itself."""
+    with pytest.raises(SystemExit) as ended:
+        main(["export", str(tmp_path / "serving" / "1"), "--quantization", "dynamic_int8"])
+    assert ended.value.code == 2
+    assert capfd.readouterr().err == (
+        "keras-cait export: --quantization dynamic_int8: SavedModel (a version folder) takes int8, int4 or "
+        "float8; ONNX (a .onnx file) int8; LiteRT (a .tflite file) dynamic_int8; OpenVINO (a .xml file) float "
+        "only. For dynamic_int8, export to a .tflite file, e.g. cait.tflite.\n")
+
+
+@pytest.mark.parametrize("suffix, name", [(".onnx", "ONNX"), (".tflite", "LiteRT"), (".xml", "OpenVINO")])
+def test_bfloat16_to_a_file_names_the_formats_that_take_it(suffix, name, tmp_path, capfd):
+    with pytest.raises(SystemExit) as ended:
+        main(["export", str(tmp_path / f"cait{suffix}"), "--compute-dtype", "bfloat16"])
+    line = capfd.readouterr().err
+    assert ended.value.code == 2 and line.count("\n") == 1
+    assert line.startswith(f"keras-cait export: --compute-dtype bfloat16: {name} (a {suffix} file) computes in "
+                           "float32; SavedModel (a version folder) float32 or bfloat16;")
+    assert line.endswith("For bfloat16, export to a SavedModel version folder, e.g. serving/cait/1.\n")
     assert os.listdir(tmp_path) == []
 
 

@@ -75,22 +75,40 @@ def test_the_table_has_these_formats_in_this_order():
     assert set(formats.quantization_modes()) <= set(formats.QUANTIZATION_MODES)
 
 
+LISTING = {
+    "SavedModel": "SavedModel (a version folder) {takes}int8, int4 or float8",
+    "ONNX": "ONNX (a .onnx file) {takes}int8",
+    "LiteRT": "LiteRT (a .tflite file) {takes}dynamic_int8",
+    "OpenVINO": "OpenVINO (a .xml file) {takes}float only",
+}
+
+
+def listing(first):
+    """What each format takes, `first`'s row first, as a refusal lists them."""
+    rows = [first] + [name for name in LISTING if name != first]
+    return "; ".join(LISTING[name].format(takes="takes " if name == first else "") for name in rows)
+
+
 @pytest.mark.parametrize(
     "path, mode, line",
     [
-        ("serving/cait/1", "dynamic_int8", "quantization='dynamic_int8': must be one of (None, 'int8'), e.g. "
-                                           "'int8', or Keras' smaller 'int4' or 'float8'."),
-        ("cait.onnx", "int4", "quantization='int4': must be one of (None, 'int8'), e.g. 'int8', for ONNX "
-                              "(tf2onnx unpacks int4 kernels to float32, no smaller than float, and has no "
-                              "float8); export a SavedModel for 'int4' or 'float8'."),
-        ("cait.tflite", "int8", "quantization='int8': Keras' int8 model does not convert to LiteRT (TFLite's "
-                                "fully_connected takes no int8 activations); use quantization='dynamic_int8', "
-                                "TFLite's own int8 weights."),
-        ("cait.tflite", "float8", "quantization='float8': must be one of (None, 'dynamic_int8'), e.g. "
-                                  "'dynamic_int8'."),
-        ("cait.xml", "int8", "quantization='int8': the OpenVINO export is float only, since Keras' int8 model "
-                             "does not convert to OpenVINO correctly; export the float model and compress it "
-                             "with OpenVINO's NNCF (nncf.compress_weights), or use int8 with a SavedModel or ONNX."),
+        ("serving/cait/1", "dynamic_int8", f"quantization='dynamic_int8': {listing('SavedModel')}. For "
+                                           "dynamic_int8, export to a .tflite file, e.g. cait.tflite."),
+        ("cait.onnx", "int4", f"quantization='int4': {listing('ONNX')}. tf2onnx unpacks int4 kernels to "
+                              "float32, no smaller than float. For int4, export to a SavedModel version folder, "
+                              "e.g. serving/cait/1."),
+        ("cait.tflite", "int8", f"quantization='int8': {listing('LiteRT')}. Keras' int8 model does not convert "
+                                "to LiteRT (TFLite's fully_connected takes no int8 activations); dynamic_int8 is "
+                                "TFLite's own int8 weights. For int8, export to a SavedModel version folder or a "
+                                ".onnx file, e.g. serving/cait/1 or cait.onnx."),
+        ("cait.tflite", "float8", f"quantization='float8': {listing('LiteRT')}. For float8, export to a "
+                                  "SavedModel version folder, e.g. serving/cait/1."),
+        ("cait.xml", "int8", f"quantization='int8': {listing('OpenVINO')}. Keras' int8 model does not convert to "
+                             "OpenVINO correctly; export the float model and compress it with OpenVINO's NNCF "
+                             "(nncf.compress_weights). For int8, export to a SavedModel version folder or a .onnx "
+                             "file, e.g. serving/cait/1 or cait.onnx."),
+        ("cait.onnx", "int2", f"quantization='int2': {listing('ONNX')}. No format takes int2; give one of those, "
+                              "or leave quantization out."),
     ],
 )
 def test_each_refusal_is_its_line(path, mode, line, tmp_path):
@@ -98,6 +116,32 @@ def test_each_refusal_is_its_line(path, mode, line, tmp_path):
         check_destination(tmp_path / path, quantization=mode)
     assert str(refused.value) == line
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("mode", formats.quantization_modes())
+def test_every_refusal_says_what_each_format_takes_and_where_the_mode_goes(mode):
+    """From the table: a mode is refused naming every format's modes, and the destinations that take it."""
+    takers = [row for row in formats.FORMATS if mode in row.quantizations]
+    for row in formats.FORMATS:
+        line = row.refused(mode)
+        if row in takers:
+            assert line is None
+            continue
+        for other in formats.FORMATS:
+            assert f"{other.name} (a {f'{other.suffix} file' if other.suffix else 'version folder'})" in line
+        assert f"For {mode}, export to {' or '.join(taker.destination for taker in takers)}, e.g. " in line
+
+
+@pytest.mark.parametrize("path, line", [
+    ("cait.onnx", "compute_dtype='bfloat16': ONNX (a .onnx file) computes in float32; SavedModel (a version "
+                  "folder) float32 or bfloat16; LiteRT (a .tflite file) float32; OpenVINO (a .xml file) float32. "
+                  "For bfloat16, export to a SavedModel version folder, e.g. serving/cait/1."),
+    ("serving/cait/1", None),
+])
+def test_a_compute_dtype_is_refused_naming_the_formats_that_take_it(path, line):
+    assert formats.format_of(path).refused_compute_dtype("bfloat16") == line
+    assert formats.format_of(path).refused_compute_dtype("float32") is None
+    assert formats.compute_dtypes() == ["float32", "bfloat16"]
 
 
 def test_check_destination_checks_each_file_by_its_suffix(tmp_path):

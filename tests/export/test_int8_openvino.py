@@ -68,13 +68,14 @@ def test_int8_onnx_stores_int8_kernels_and_follows_keras_int8(logits_model, inpu
 
 
 def test_unsupported_quantizations_are_refused_before_anything_is_written(model, tmp_path):
-    with pytest.raises(ValueError, match="does not convert to LiteRT.*use quantization='dynamic_int8'"):
+    with pytest.raises(ValueError, match="does not convert to LiteRT.*dynamic_int8 is TFLite's own int8 weights"):
         export_litert(model, tmp_path / "cait.tflite", quantization="int8")
-    with pytest.raises(ValueError, match="OpenVINO export is float only.*SavedModel or ONNX"):
+    with pytest.raises(ValueError, match="OpenVINO.*float only.*export to a SavedModel version folder or a .onnx file"):
         export_openvino(model, tmp_path / "cait.xml", quantization="int8")
-    with pytest.raises(ValueError, match=r"quantization='int4': must be one of \(None, 'int8'\)"):
+    with pytest.raises(ValueError, match=r"quantization='int4': ONNX \(a .onnx file\) takes int8;"):
         export_onnx(model, tmp_path / "cait.onnx", quantization="int4")
-    with pytest.raises(ValueError, match=r"quantization='dynamic_int8': must be one of \(None, 'int8'\)"):
+    with pytest.raises(ValueError, match=r"quantization='dynamic_int8': SavedModel \(a version folder\) takes "
+                                         r"int8, int4 or float8;.*export to a .tflite file"):
         export_saved_model(model, tmp_path / "cait" / "1", quantization="dynamic_int8")
     assert os.listdir(tmp_path) == []
 

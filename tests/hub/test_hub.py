@@ -212,3 +212,60 @@ def test_keras_cait_hub_without_keras_hub_names_the_extra(monkeypatch):
 
     with pytest.raises(ImportError, match=r'pip install "keras-cait\[hub\]"'):
         importlib.import_module("keras_cait.hub")
+
+
+# === weights=: a checkpoint file instead of the network ===
+
+
+@pytest.mark.large
+def test_offline_from_preset_advises_weights_and_the_advice_works(
+    hf, hub, timm_reference, timm_checkpoint, keras_cache, tmp_path
+):
+    """No network (the hub serves nothing, HF_HUB_OFFLINE=1): the error advises `weights='PATH'`;
+    passing timm's file (safetensors), DeiT's official .pth or keras-cait convert's .weights.h5
+    loads it, for the classifier and the backbone, and asks the hub for nothing."""
+    import torch
+
+    hf.set(HF_HUB_OFFLINE="1")
+    with pytest.raises(ConnectionError) as offline:
+        CaiTImageClassifier.from_preset("cait_xxs24_224")
+    assert "weights='/path/to/model.safetensors'" in str(offline.value)
+
+    reference, body = timm_checkpoint("cait_xxs24_224")
+    safetensors = tmp_path / "model.safetensors"
+    safetensors.write_bytes(body)
+    pth = tmp_path / "XXS24_224.pth"
+    torch.save({"model": reference.state_dict()}, pth)  # as DeiT's official files hold it
+    h5 = tmp_path / "cait_xxs24_224.weights.h5"
+    keras_cait.CaiT_XXS24(weights=str(safetensors)).save_weights(h5)  # what keras-cait convert writes
+    images = timm_reference.images(2, 224)
+    logits, features = timm_reference.outputs(reference, images)
+    normalised = (images / 255.0 - IMAGENET_MEAN) / IMAGENET_STD
+
+    for path in (safetensors, pth, h5):
+        classifier = CaiTImageClassifier.from_preset("cait_xxs24_224", weights=str(path))
+        timm_reference.assert_matches(classifier.predict(images, verbose=0), logits, f"logits of {path.name}")
+        backbone = CaiTBackbone.from_preset("cait_xxs24_224", weights=path)
+        tokens = keras.ops.convert_to_numpy(backbone(normalised))
+        timm_reference.assert_matches(tokens[:, 0], features, f"class token of {path.name}")
+    tuned = CaiTImageClassifier.from_preset("cait_xxs24_224", weights=str(safetensors), num_classes=5)
+    assert tuned.output_dense.kernel.shape == (192, 5)
+    assert hub.requests == []
+
+
+def test_weights_where_no_file_is_read_are_refused_in_one_line(hf, hub, keras_cache, tmp_path):
+    folder = tmp_path / "preset"
+    folder.mkdir()
+    for preset, options, message in [
+        ("cait_xxs24_224", dict(weights=str(tmp_path / "missing.safetensors")), r"weights='.*missing.safetensors': "
+                                                                                r"no such file"),
+        ("cait_xxs24_224", dict(weights="weights.bin"), r"weights='weights.bin': .*\.safetensors, \.pth or "
+                                                        r"\.weights\.h5"),
+        ("cait_xxs24_224", dict(weights=str(tmp_path), load_weights=False), r"load_weights=False"),
+        (str(folder), dict(weights="model.safetensors"), r"released CaiT presets"),
+    ]:
+        for cls in (CaiTImageClassifier, CaiTBackbone):
+            with pytest.raises(ValueError, match=message) as refused:
+                cls.from_preset(preset, **options)
+            assert "\n" not in str(refused.value)
+    assert hub.requests == []
