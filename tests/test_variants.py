@@ -52,16 +52,19 @@ def reference_architecture(variant):
     import timm
 
     size, depth = re.fullmatch(r"([A-Z]+)(\d+)", variant).groups()
-    archs = timm_archs(variant) or timm.list_models(f"cait_{size.lower()}[0-9]*")
+    own = timm_archs(variant)
+    archs = own or timm.list_models(f"cait_{size.lower()}[0-9]*")
     assert archs, f"{variant}: timm has no CaiT of size {size}; the test has no width and heads to compare with"
     found = {architecture(arch) for arch in archs}
     class_attention = {blocks for *_, blocks in found}
     assert class_attention == {2}, f"{archs}: {class_attention} class-attention blocks; keras_cait builds 2"
-    assert len({(width, heads) for width, _, heads, _ in found}) == 1, f"{archs}: {found}"
-    width, timm_depth, heads, _ = found.pop()
-    if timm_archs(variant):
-        assert not found, f"{archs}: {found}"
-        depth = timm_depth
+    widths_and_heads = {(width, heads) for width, _, heads, _ in found}
+    assert len(widths_and_heads) == 1, f"{archs}: {found}"
+    ((width, heads),) = widths_and_heads
+    if own:
+        depths = {timm_depth for _, timm_depth, _, _ in found}
+        assert len(depths) == 1, f"{archs}: {found}"
+        (depth,) = depths
     return width, int(depth), heads
 
 
