@@ -361,8 +361,8 @@ def _backbone(model, weights, recipe, image_size, precision, keep_head):
         if loaded.input_shape[1:3] != (image_size, image_size):
             if not any(isinstance(layer, PatchEmbedding) for layer in loaded.layers):
                 raise RunError(f"image_size={image_size}: model={os.fspath(model)!r} takes {_square_side(loaded)}-pixel "
-                               "images and is not a CaiT, whose position embedding could be resized; leave "
-                               "image_size out.", "image_size", usage=True)
+                               "images and is not a CaiT, whose position embedding could be resized; leave out "
+                               f"image_size={image_size}.", "image_size", usage=True)
             loaded = transfer.at_resolution(loaded, image_size)
         return loaded
     head = dict(include_top=True) if keep_head else dict(include_top=False, pooling="token")
