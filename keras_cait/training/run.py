@@ -321,7 +321,7 @@ def _square_side(model, given=None):
     if not isinstance(model.input_shape, tuple) or len(model.input_shape) != 4:
         named = f"model={os.fspath(given)!r}" if isinstance(given, (str, os.PathLike)) else f"model {model.name!r}"
         raise RunError(f"{named} takes inputs of shape {model.input_shape}, not images (batch, height, width, 3); "
-                       "give an image classifier.", "model")
+                       "give an image classifier: a CaiT saved as .keras, or a CaiT variant.", "model")
     height, width = model.input_shape[1:3]
     if height != width:
         raise RunError(f"model takes {height}x{width} images; give image_size for a square size to run "
@@ -351,15 +351,14 @@ def _backbone(model, weights, recipe, image_size, precision, keep_head):
     """A CaiT at `image_size`: a variant with its weights, or a .keras model (rebuilt under
     `precision`); without its head unless `keep_head`."""
     if _is_file(model):
-        loaded = _load_keras("model", model)
-        if not any(isinstance(layer, PatchEmbedding) for layer in loaded.layers):
-            raise RunError(f"model={os.fspath(model)!r} holds {loaded.name!r} (inputs {loaded.input_shape}), not a "
-                           "CaiT, and fine-tuning starts from a CaiT's layers; give a CaiT saved as .keras (e.g. "
-                           "best.keras of a finetune run) or a CaiT variant, e.g. model='XXS24'.", "model")
         # The file keeps the dtype policy it was saved with; the run's precision decides.
-        loaded = transfer.with_dtype_policy(loaded, precision)
-        image_size = image_size or _square_side(loaded)
+        loaded = transfer.with_dtype_policy(_load_keras("model", model), precision)
+        image_size = image_size or _square_side(loaded, model)
         if loaded.input_shape[1:3] != (image_size, image_size):
+            if not any(isinstance(layer, PatchEmbedding) for layer in loaded.layers):
+                raise RunError(f"image_size={image_size}: model={os.fspath(model)!r} takes {_square_side(loaded)}-pixel "
+                               "images and is not a CaiT, whose position embedding could be resized; leave out "
+                               f"image_size={image_size}.", "image_size", usage=True)
             loaded = transfer.at_resolution(loaded, image_size)
         return loaded
     head = dict(include_top=True) if keep_head else dict(include_top=False, pooling="token")
@@ -376,7 +375,12 @@ def _classifier(model, weights, recipe, image_size, precision, class_names):
         layer.name for layer in backbone.layers
     ]:
         return with_class_names(backbone, class_names)  # a .keras file may hold a plain keras.Model
-    return transfer.with_new_head(backbone, len(class_names), name="cait_finetuned", class_names=class_names)
+    try:
+        return transfer.with_new_head(backbone, len(class_names), name="cait_finetuned", class_names=class_names)
+    except ValueError as error:  # no pooled features to put the head on: a .keras file of another model
+        raise RunError(f"model={os.fspath(model)!r} holds {backbone.name!r}, not a CaiT, and has no pooled features (a "
+                       "'token_pool' or 'avg_pool' layer) to put a new head on; give a CaiT saved as .keras (e.g. "
+                       "best.keras of a finetune run) or a CaiT variant, e.g. model='XXS24'.", "model") from error
 
 
 # === The run's folder ===

@@ -181,7 +181,10 @@ ROWS = {
     "finetune/keras-model-not-a-cait": row(FINETUNE + " --model {notcait}", FAILURE, "--model {notcait}",
                                            "not a CaiT", "variant", reads="data model"),
     "finetune/keras-model-not-of-images": row(FINETUNE + " --model {dense}", FAILURE, "--model {dense}",
-                                              "(None, 8)", "not a CaiT", reads="data model"),
+                                              "(None, 8)", "not images", "CaiT variant", reads="data model"),
+    "finetune/keras-model-not-a-cait-at-another-size": row(FINETUNE + " --model {notcait} --image-size 64", USAGE,
+                                                           "--image-size 64", "--model {notcait}", "not a CaiT",
+                                                           reads="data model"),
     "evaluate/keras-model-not-of-images": row(EVALUATE + " --model {dense}", FAILURE, "--model {dense}", "(None, 8)",
                                               "not images", reads="data model"),
     # --- evaluate ---
