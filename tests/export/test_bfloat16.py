@@ -155,7 +155,7 @@ def test_bfloat16_refuses_what_it_cannot_compute(tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["out.onnx", "--compute-dtype", "bfloat16"], "--compute-dtype bfloat16 applies to a SavedModel version folder only"),
+    (["out.onnx", "--compute-dtype", "bfloat16"], "--compute-dtype bfloat16: ONNX .* computes in float32;.* For bfloat16, export to a SavedModel version folder"),
     (["out.xml", "--jit"], "--jit applies to a SavedModel version folder only"),
     (["serving/cait/1", "--compute-dtype", "bfloat16", "--quantization", "int8"], "choose one"),
 ])
