@@ -134,6 +134,8 @@ def decode_error_reason(message):
     reason = lines[0].strip().rstrip(".") if lines else ""
     if "Invalid JPEG data" in reason:  # "... or crop window": the full decode has none
         return "invalid JPEG data (a truncated or damaged file)"
+    if "Unknown image file format" in reason:  # TensorFlow's own list of formats is not the one read here
+        return "not an image file"
     if "WebP Animation" in reason:
         return "an animated WebP (TensorFlow decodes still WebP images only)"
     return reason or "a decoder error"

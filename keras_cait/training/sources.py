@@ -423,6 +423,9 @@ def _record_heads(source):
 
 def _decode_fault(encoded):
     """Why `encoded` fails the decode of the training and evaluation streams, or None."""
+    fault = header_fault(encoded[:HEADER_BYTES])
+    if fault is not None:
+        return fault
     try:
         decode_image(tf.constant(encoded))
     except tf.errors.InvalidArgumentError as error:

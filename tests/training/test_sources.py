@@ -244,3 +244,14 @@ def test_the_split_holds_out_about_the_fraction_of_each_class_and_never_its_last
     assert [p.numpy() for p, _ in again.examples] == [p.numpy() for p, _ in held_out.examples]
     with pytest.raises(ValueError, match="keep an example of each of the 3 classes"):
         sources.split(source, 0.95)
+
+
+def test_the_check_of_records_names_them_in_the_one_list_s_words(tmp_path, digits):
+    """TensorFlow's "Unknown image file format. One of JPEG, JPEG XL, ..." is a second list of formats."""
+    folder = digits(tmp_path / "photos", per_class=2, size=8, classes=range(2))
+    _text_as_jpeg(tmp_path / "photos" / "1" / "notes.jpg")
+    source = sources.image_folder(folder)
+    records = sources.tfrecords(sources.write_tfrecords(source, str(tmp_path / "digits")), source.class_names)
+    check = sources.check_images(records)
+    assert check.undecodable == [sources.Undecodable("record 4", "not an image file")]
+    assert check.complete and not check.files
