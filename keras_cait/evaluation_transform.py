@@ -37,8 +37,10 @@ Images of more than `MAX_PIXELS` pixels are refused from their header, before
 decoding, with INVALID_ARGUMENT.
 """
 
+import dataclasses
 import math
 import os
+import re
 
 import numpy as np
 import tensorflow as tf
@@ -46,7 +48,97 @@ import tensorflow as tf
 # PIL's decompression-bomb limit (Image.MAX_IMAGE_PIXELS): a 9,459×9,459 image,
 # 268 MB decoded. Checked from the file header, before anything is decoded.
 MAX_PIXELS = 89_478_485
-IMAGE_FORMATS = "JPEG, PNG, GIF or BMP"
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageFormat:
+    """A file format keras_cait reads: its `name`, its file `extensions` (lower case) and its
+    `signature`, the `(offset, bytes)` pairs its first bytes hold."""
+
+    name: str
+    extensions: tuple
+    signature: tuple
+
+    def matches(self, head):
+        return all(head[offset:offset + len(magic)] == magic for offset, magic in self.signature)
+
+
+# The one list of image formats: those TensorFlow's `tf.io.decode_image` decodes (checked with
+# TensorFlow 2.21) and whose size `decoded_size` reads from the header, so that `MAX_PIXELS`
+# holds. The training and evaluation streams (image folders list these extensions),
+# `load_image` (`keras-cait predict`) and the SavedModel's `serving_bytes` take these and no
+# other, and every message that lists formats is made from it. TensorFlow 2.21 also decodes
+# JPEG XL, but no size is read from a JPEG XL header here, so it is refused like TIFF.
+IMAGE_FILE_FORMATS = (
+    ImageFormat("JPEG", (".jpg", ".jpeg"), ((0, b"\xff\xd8\xff"),)),
+    ImageFormat("PNG", (".png",), ((0, b"\x89PNG\r\n\x1a\n"),)),
+    ImageFormat("GIF", (".gif",), ((0, b"GIF8"),)),
+    ImageFormat("BMP", (".bmp",), ((0, b"BM"),)),
+    ImageFormat("WebP", (".webp",), ((0, b"RIFF"), (8, b"WEBP"))),
+)
+IMAGE_EXTENSIONS = tuple(extension for known in IMAGE_FILE_FORMATS for extension in known.extensions)
+IMAGE_FORMATS = ", ".join(known.name for known in IMAGE_FILE_FORMATS[:-1]) + f" or {IMAGE_FILE_FORMATS[-1].name}"
+# Bytes of a file's start that `header_fault` needs (a WebP's VP8X flags are at byte 20).
+HEADER_BYTES = 32
+# Formats that are not read, by their first bytes, to say what a refused file is.
+_OTHER_FORMATS = (
+    ("TIFF", ((0, b"II*\x00"),)), ("TIFF", ((0, b"MM\x00*"),)),
+    ("JPEG XL", ((0, b"\xff\x0a"),)), ("JPEG XL", ((0, b"\x00\x00\x00\x0cJXL "),)),
+    ("JPEG 2000", ((0, b"\x00\x00\x00\x0cjP  "),)), ("JPEG 2000", ((0, b"\xff\x4f\xff\x51"),)),
+    ("HEIC", ((4, b"ftyphei"),)), ("HEIC", ((4, b"ftypmif1"),)), ("AVIF", ((4, b"ftypavi"),)),
+)
+
+
+def is_image_file_name(name):
+    """Whether a file's name ends in one of `IMAGE_EXTENSIONS` (any case)."""
+    return os.fspath(name).lower().endswith(IMAGE_EXTENSIONS)
+
+
+def header_fault(head):
+    """Why a file whose first bytes are `head` (`HEADER_BYTES` of them, or all if fewer) is not
+    decoded, in a few words, or None where it may be: "an empty file", "a TIFF file", "not an
+    image file", "an animated WebP (...)"."""
+    if not head:
+        return "an empty file"
+    known = next((known for known in IMAGE_FILE_FORMATS if known.matches(head)), None)
+    if known is None:
+        other = next((name for name, signature in _OTHER_FORMATS
+                      if ImageFormat(name, (), signature).matches(head)), None)
+        return f"a {other} file" if other else "not an image file"
+    if known.name == "WebP" and head[12:16] == b"VP8X" and len(head) > 20 and head[20] & 0x02:
+        return "an animated WebP (TensorFlow decodes still WebP images only)"
+    return None
+
+
+def has_image_signature(encoded):
+    """A bool tensor: whether each of the string tensor `encoded` starts as a file of
+    `IMAGE_FILE_FORMATS` does (the graph's `header_fault`, without the reasons)."""
+    known = tf.zeros_like(encoded, tf.bool)
+    for image_format in IMAGE_FILE_FORMATS:
+        matches = tf.ones_like(encoded, tf.bool)
+        for offset, magic in image_format.signature:
+            matches &= tf.equal(tf.strings.substr(encoded, offset, len(magic)), magic)
+        known |= matches
+    return known
+
+
+def decode_error_reason(message):
+    """TensorFlow's decode error, in a few words: `jpeg::Uncompress failed. Invalid JPEG data or crop
+    window.` -> `invalid JPEG data (...)`; the pixel limit's assertion -> `WxH pixels, ...`."""
+    too_large = re.search(r"The image is (.*?) pixels;", message)
+    if too_large:
+        return (f"{too_large.group(1)} pixels, more than the {MAX_PIXELS:,} that are decoded "
+                "(PIL's decompression-bomb limit)")
+    message = re.sub(r"\{\{function_node [^}]*\}\}", "", message)
+    lines = re.sub(r"\s*\[Op:\w+\].*", "", message).strip().splitlines()
+    reason = lines[0].strip().rstrip(".") if lines else ""
+    if "Invalid JPEG data" in reason:  # "... or crop window": the full decode has none
+        return "invalid JPEG data (a truncated or damaged file)"
+    if "Unknown image file format" in reason:  # TensorFlow's own list of formats is not the one read here
+        return "not an image file"
+    if "WebP Animation" in reason:
+        return "an animated WebP (TensorFlow decodes still WebP images only)"
+    return reason or "a decoder error"
 _TOO_LARGE = f" pixels; at most {MAX_PIXELS:,} are decoded (PIL's decompression-bomb limit). Downscale it first."
 
 
@@ -312,10 +404,14 @@ def load_image(path, image_size=224, crop_pct=1.0):
 
     See `keras_cait.preprocessing.load_image`.
     """
+    unreadable = f"Cannot read image {str(path)!r} ({IMAGE_FORMATS} expected)"
     try:
         if os.path.isdir(path):
             raise ValueError(f"Image {str(path)!r} is a folder; pass an image file ({IMAGE_FORMATS}).")
         encoded = tf.io.read_file(str(path))
+        fault = header_fault(tf.strings.substr(encoded, 0, HEADER_BYTES).numpy())
+        if fault is not None:
+            raise ValueError(f"{unreadable}: {fault}.")
         frames, height, width = (int(side) for side in decoded_size(encoded))
         if frames * height * width > MAX_PIXELS:
             message = _too_large(frames, height, width).numpy().decode()
@@ -324,5 +420,4 @@ def load_image(path, image_size=224, crop_pct=1.0):
     except tf.errors.NotFoundError as error:
         raise FileNotFoundError(f"Image {str(path)!r} does not exist.") from error
     except tf.errors.InvalidArgumentError as error:
-        reason = error.message.strip().splitlines()[0]
-        raise ValueError(f"Cannot read image {str(path)!r} ({IMAGE_FORMATS} expected): {reason}") from error
+        raise ValueError(f"{unreadable}: {decode_error_reason(error.message)}.") from error

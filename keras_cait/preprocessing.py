@@ -37,13 +37,14 @@ def load_image(path, image_size=224, crop_pct=1.0):
     SavedModel's `serving_bytes` signature and in `keras-cait evaluate`.
 
     Args:
-        path: a JPEG, PNG, GIF or BMP file (a GIF's first frame is read; WebP, which
-            TensorFlow also decodes, is read under the same pixel limit).
+        path: a JPEG, PNG, GIF, BMP or WebP file (`keras_cait.evaluation_transform.
+            IMAGE_FILE_FORMATS`; a GIF's first frame is read, an animated WebP is refused).
         image_size: the model's input side, e.g. 224, or its (height, width).
         crop_pct: the fraction of the resized image kept (CaiT: 1.0; DeiT: 0.875).
 
     Raises FileNotFoundError for a missing file, and ValueError for a folder, a
-    file that is no image, or one whose frames hold more than 89,478,485 pixels
+    file of another format (TIFF, HEIC, JPEG XL, text), one that cannot be
+    decoded, or one whose frames hold more than 89,478,485 pixels
     (`keras_cait.evaluation_transform.MAX_PIXELS`, checked before decoding; every
     GIF frame counts at its real size). 16-bit PNGs are reduced to 8 bits
     (`keras_cait.evaluation_transform.decode_image`).

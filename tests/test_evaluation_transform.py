@@ -9,6 +9,7 @@ import tensorflow as tf
 from PIL import Image
 
 from keras_cait.evaluation_transform import (
+    IMAGE_FORMATS,
     MAX_PIXELS,
     crop_geometry,
     decode_image,
@@ -155,7 +156,8 @@ def test_load_image_errors_name_the_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="missing.jpg"):
         load_image(tmp_path / "missing.jpg")
     (tmp_path / "notes.jpg").write_text("not an image")
-    with pytest.raises(ValueError, match=r"Cannot read image .*notes.jpg.*JPEG, PNG, GIF or BMP expected"):
+    with pytest.raises(ValueError, match=rf"Cannot read image .*notes.jpg.* \({IMAGE_FORMATS} expected\): not an "
+                                         r"image file\.$"):
         load_image(tmp_path / "notes.jpg")
     (tmp_path / "bomb.png").write_bytes(png_header(20_000, 9_000))
     with pytest.raises(ValueError, match=r"bomb.png' is 9000x20000 pixels; at most 89,478,485 .* Downscale"):
@@ -218,3 +220,90 @@ def test_a_16_bit_png_keeps_the_high_byte_of_each_value():
     decoded = decode_image(encoded.getvalue()).numpy()
 
     np.testing.assert_array_equal(decoded, np.repeat((values >> 8)[..., None], 3, axis=-1))
+
+
+# === The one list of formats: what every path reads, and what every path refuses alike ===
+
+
+def image_file(path, image_format, size=(12, 9)):
+    """A small RGB image of `image_format` (PIL's name) at `path`."""
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (*size[::-1], 3), dtype=np.uint8)).save(
+        path, image_format)
+    return path
+
+
+# The formats TensorFlow 2.21 decodes in every path (PIL's name: extensions).
+READ = {"JPEG": (".jpg", ".jpeg"), "PNG": (".png",), "GIF": (".gif",), "BMP": (".bmp",), "WEBP": (".webp",)}
+
+
+def test_every_listed_format_is_read_by_every_path(tmp_path):
+    """Folder sources (train, finetune, evaluate), load_image (predict) and serving_bytes read the
+    same formats: a .webp used to be skipped by the folder, read by predict, refused by serving."""
+    from keras_cait.export.saved_model import _decode_and_crop
+    from keras_cait.training import sources, stream
+
+    (tmp_path / "photos" / "cat").mkdir(parents=True)
+    files = [image_file(tmp_path / "photos" / "cat" / f"a{extension}", name)
+             for name, extensions in READ.items() for extension in extensions]
+    source = sources.image_folder(tmp_path / "photos")
+    assert source.num_examples == len(files), "the folder skipped some"
+    batches = list(stream.evaluation_dataset(source, 8, len(files)))
+    assert batches[0][0].shape == (len(files), 8, 8, 3)
+    served = _decode_and_crop(tf.constant([path.read_bytes() for path in files]), 8, 8).numpy()
+    for path, image in zip(files, served):
+        np.testing.assert_array_equal(load_image(path, 8), image)
+    from keras_cait.evaluation_transform import IMAGE_EXTENSIONS, IMAGE_FILE_FORMATS
+
+    assert {known.name.upper(): known.extensions for known in IMAGE_FILE_FORMATS} == READ
+    assert sources.IMAGE_EXTENSIONS == IMAGE_EXTENSIONS and source.skipped == ()
+    assert IMAGE_FORMATS == "JPEG, PNG, GIF, BMP or WebP"
+
+
+def test_a_format_outside_the_list_is_refused_alike_by_every_path(tmp_path):
+    from keras_cait.export.saved_model import _decode_and_crop
+    from keras_cait.training import sources
+
+    (tmp_path / "photos" / "cat").mkdir(parents=True)
+    image_file(tmp_path / "photos" / "cat" / "a.png", "PNG")
+    tiff = image_file(tmp_path / "photos" / "cat" / "b.tiff", "TIFF")
+    source = sources.image_folder(tmp_path / "photos")
+    assert source.num_examples == 1 and source.skipped == (str(tiff),)
+    assert sources.skipped_files("data='photos'", source) == (
+        f"data='photos': 1 file is not read, for an extension other than {', '.join(sources.IMAGE_EXTENSIONS)} "
+        f"({IMAGE_FORMATS}): {tiff}. Convert them to one of those formats to use them, or move them out of "
+        "the class folders.")
+    with pytest.raises(ValueError) as refused:
+        load_image(tiff)
+    assert str(refused.value) == f"Cannot read image {str(tiff)!r} ({IMAGE_FORMATS} expected): a TIFF file."
+    with pytest.raises(tf.errors.InvalidArgumentError, match=f"must be {IMAGE_FORMATS} files; entries \\[0\\]"):
+        _decode_and_crop(tf.constant([tiff.read_bytes()]), 8, 8)
+
+
+def test_a_text_file_named_jpg_lists_the_formats_once(tmp_path):
+    """load_image (keras-cait predict) used to list two sets: its own and TensorFlow's (with JPEG XL)."""
+    notes = tmp_path / "notes.jpg"
+    notes.write_text("not an image")
+    with pytest.raises(ValueError) as refused:
+        load_image(notes)
+    assert str(refused.value) == f"Cannot read image {str(notes)!r} ({IMAGE_FORMATS} expected): not an image file."
+
+
+def test_the_file_faults_are_told_from_the_first_bytes():
+    from keras_cait.evaluation_transform import HEADER_BYTES, IMAGE_FILE_FORMATS, decode_error_reason, header_fault
+
+    assert header_fault(b"") == "an empty file"
+    assert header_fault(b"hello") == "not an image file"
+    assert header_fault(b"II*\x00\x08\x00") == "a TIFF file"
+    assert header_fault(b"\x00\x00\x00\x18ftypheic") == "a HEIC file"
+    assert header_fault(b"\xff\x0a\xfa\x7f") == "a JPEG XL file"
+    animated = io.BytesIO()
+    frames = [Image.new("RGB", (8, 8), color) for color in ((0, 0, 0), (255, 255, 255))]
+    frames[0].save(animated, "WEBP", save_all=True, append_images=frames[1:])
+    assert header_fault(animated.getvalue()[:HEADER_BYTES]).startswith("an animated WebP")
+    with pytest.raises(tf.errors.InvalidArgumentError) as failed:  # what the decoder says of it
+        decode_image(animated.getvalue())
+    assert decode_error_reason(failed.value.message).startswith("an animated WebP")
+    for known in IMAGE_FILE_FORMATS:
+        encoded = io.BytesIO()
+        Image.new("RGB", (8, 8)).save(encoded, known.name.upper())
+        assert header_fault(encoded.getvalue()[:HEADER_BYTES]) is None, known.name

@@ -344,8 +344,7 @@ _DECODE_ERROR = re.compile(
     r"\b(Decode(Image|Jpeg|AndCropJpeg|Png|Gif|Bmp|WebP)|ExtractJpegShape)\b|Unknown image file format"
     r"|Invalid (JPEG|PNG|GIF) data|Invalid PNG|pixels; at most [\d,]+ are decoded"
 )
-# How many undecodable files the line names (the search stops after this many are found).
-BAD_IMAGES_SHOWN = 5
+# The search stops after this many undecodable files are found.
 BAD_IMAGES_SEARCHED = 20
 
 
@@ -363,14 +362,15 @@ def named_bad_images(what, source, *more):
     """Turns TensorFlow's failure to decode an image while a run reads `source` (its message
     names the op, not the file) into the line naming the file(s) and what to do:
 
-        --data photos: photos/cat/broken.jpg cannot be decoded as an image (JPEG, PNG, GIF
-        or BMP): not an image file; remove or replace it.
+        --data photos: photos/cat/broken.jpg cannot be decoded as an image (JPEG, PNG, GIF,
+        BMP or WebP): not an image file; remove or replace it.
 
     `what` is the flag and its value (`--data photos`); `source` an `ImageSource`, or a
     function returning one, called only after a decode error (e.g. to open the validation
     data again); `more`, further `(what, source)` pairs, searched in turn (None skipped).
-    Nothing is checked before the body runs: the sources are searched
-    (`sources.find_undecodable`) only once it has failed. Any other error, or a decode
+    The runs check their data before they train (`sources.check_images`), but of a large
+    folder they decode only what a few seconds allow; this is the safety net behind that
+    check: the sources are searched (`sources.find_undecodable`) only once the body failed. Any other error, or a decode
     error whose image no search finds, passes through unchanged.
     """
     try:
@@ -390,7 +390,7 @@ def named_bad_images(what, source, *more):
 def _bad_images_line(named):
     """The line naming the undecodable images of the `(what, source)` pairs: every source's header
     pass first, then, where those find nothing, every source's decode pass; None if none is found."""
-    from keras_cait.training.sources import find_undecodable
+    from keras_cait.training.sources import find_undecodable, undecodable_message
 
     opened = []
     for what, source in named:
@@ -411,44 +411,5 @@ def _bad_images_line(named):
         found = {what: bad for what, bad in found.items() if bad}
         if found:
             complete = passes == ("headers",) or sum(map(len, found.values())) < BAD_IMAGES_SEARCHED
-            return _undecodable_line(found, complete)
+            return undecodable_message(found, complete)
     return None
-
-
-def _undecodable_line(found, complete):
-    """`--data photos: photos/cat/x.jpg cannot be decoded as an image (...): <reason>; <advice>`
-    for the first flag's images, with a count of the others' (`found`: what -> [Undecodable])."""
-    from keras_cait.evaluation_transform import IMAGE_FORMATS
-
-    (what, bad), *others = found.items()
-    bad = sorted(bad, key=lambda undecodable: undecodable.name)
-    records = bad[0].name.startswith("record ")
-    several = len(bad) > 1 or bool(others)
-    if not records:
-        advice = "remove or replace them" if several else "remove or replace it"
-    elif "tfds:" in what:
-        advice = "prepare the dataset again (tfds build): its files are damaged"
-    else:
-        advice = ("write the TFRecords again without them, or with the images replaced" if several
-                  else "write the TFRecords again without it, or with the image replaced")
-    where = " (counting from 0 in the source's order)" if records else ""
-    elsewhere = "".join(f" (and {_count(len(more), complete)} in {flag}: {_names(more, reasons=False)})"
-                        for flag, more in others)
-    if len(bad) == 1:
-        return (f"{what}: {bad[0].name}{where} cannot be decoded as an image ({IMAGE_FORMATS}): "
-                f"{bad[0].reason}{elsewhere}; {advice}.")
-    kind = "records" if records else "files"
-    return (f"{what}: {_count(len(bad), complete)} {kind}{where} cannot be decoded as images "
-            f"({IMAGE_FORMATS}): {_names(bad)}{elsewhere}; {advice}.")
-
-
-def _names(bad, reasons=True):
-    """`a.jpg (reason), b.jpg (reason) and 3 more`: the first `BAD_IMAGES_SHOWN`, sorted."""
-    bad = sorted(bad, key=lambda undecodable: undecodable.name)
-    named = ", ".join(f"{undecodable.name} ({undecodable.reason})" if reasons else undecodable.name
-                      for undecodable in bad[:BAD_IMAGES_SHOWN])
-    return named + (f" and {len(bad) - BAD_IMAGES_SHOWN} more" if len(bad) > BAD_IMAGES_SHOWN else "")
-
-
-def _count(count, complete):
-    return str(count) if complete else f"at least {count}"

@@ -177,8 +177,9 @@ def finetune_parser(recipe="transfer"):
     parser.add_argument("--weights", default="imagenet",
                         help="for a variant: imagenet, none, or a weights file")
     _add_data_arguments(parser, train=True, model_file=True)
-    parser.add_argument("--val-fraction", type=float, default=0.1,
-                        help="held out for validation when --val-data is not given (0: none)")
+    parser.add_argument("--val-fraction", type=float, default=None,
+                        help="the part of --data held out for validation, about as much of each class "
+                             "(default: 0.1; 0: none); not with --val-data, whose images validate")
     _add_run_arguments(parser, backup_every=200)
     parser.add_argument("--lora-rank", type=int, default=0,
                         help="fine-tune rank-R LoRA updates of the attention projections and the "

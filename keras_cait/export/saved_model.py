@@ -5,7 +5,7 @@ The SavedModel serving contract (tag "serve"); H×W is the model's input size:
     signature         input                                   accepts
     serving_default   images       float32 [batch, H, W, 3]   RGB, values 0..255
     serving_uint8     images       uint8   [batch, H, W, 3]   RGB
-    serving_bytes     image_bytes  string  [batch]            JPEG, PNG, GIF or BMP
+    serving_bytes     image_bytes  string  [batch]            JPEG, PNG, GIF, BMP or WebP
                                                               files of up to MAX_PIXELS
 
     every signature returns
@@ -40,7 +40,7 @@ import keras
 import tensorflow as tf
 
 from keras_cait.atomic import written_atomically
-from keras_cait.evaluation_transform import IMAGE_FORMATS, decode_image, evaluation_transform
+from keras_cait.evaluation_transform import IMAGE_FORMATS, decode_image, evaluation_transform, has_image_signature
 from keras_cait.export.core import check_version_folder, inference_form, quantized, require_tensorflow_backend
 from keras_cait.export.inference_graph import InferenceGraph
 from keras_cait.model import checked_class_names, class_count, class_names_of
@@ -210,10 +210,7 @@ def _decode_and_crop(image_bytes, height, width):
         ["serving_bytes: `image_bytes` must be a list [batch] of encoded image files; got shape [", shape, "]."],
     )
 
-    def starts_with(magic):
-        return tf.equal(tf.strings.substr(image_bytes, 0, len(magic)), magic)
-
-    known = starts_with(b"\xff\xd8\xff") | starts_with(b"\x89PNG") | starts_with(b"GIF8") | starts_with(b"BM")
+    known = has_image_signature(image_bytes)
     image_bytes = _checked(
         image_bytes,
         tf.reduce_all(known),

@@ -20,6 +20,11 @@ evaluate` (which only parse their flags and call these functions):
 - **Files.** `best.keras` (best epoch), `final.keras`, `ema.keras` (the moving average, with
   `recipe.model_ema`), `head.weights.h5` (after the head stage) and TensorBoard `logs/`.
 - **Class names** of the data travel in every saved model (`model.class_names`).
+- **The data checked.** Once listed, before a model is built or a file written, the images
+  are checked (`sources.check_images`: every file's first and last bytes, a decode bounded in
+  time) and every one that cannot be decoded is named; files of other formats in the class
+  folders are said by name; a class of 1 image is refused where a validation fraction is held
+  out. The image decoders' own lines (libjpeg's) are kept off standard error (`decoder_messages`).
 
 A mistake in what a run is given raises `RunError` (a ValueError) naming the argument as
 Python writes it (`data='photos': ...`); `keras_cait.training.resume.BackupError` when the
@@ -28,6 +33,7 @@ output folder holds a run it cannot continue.
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import shlex
@@ -37,6 +43,7 @@ import keras
 from keras_cait import variants
 from keras_cait.atomic import written_atomically
 from keras_cait.layers import PatchEmbedding
+from keras_cait.decoder_messages import decoder_messages_dropped
 from keras_cait.model import build_cait, class_count, with_class_names
 from keras_cait.training import distribute, lora, resume, sources, stream, transfer
 from keras_cait.training.callbacks import best_record_path, run_callbacks, save_model, tensorboard_installed
@@ -163,21 +170,93 @@ def _spec(data):
 
 
 def _open(argument, data, class_names, tfds_dir):
+    """The source of `data`; the files of its class folders that are not read, said."""
     if isinstance(data, sources.ImageSource):
         return data
     with _about(argument, os.fspath(data), ValueError, ImportError, FileNotFoundError):
-        return sources.source(data, class_names, tfds_dir)
+        source = sources.source(data, class_names, tfds_dir)
+    skipped = sources.skipped_files(f"{argument}={_shown(data)!r}", source)
+    if skipped:
+        print(skipped, flush=True)
+    return source
+
+
+def _shown(data):
+    """`data` as a message names it: the path or spec as given."""
+    return "<ImageSource>" if isinstance(data, sources.ImageSource) else os.fspath(data)
 
 
 def _open_data(data, val_data, val_fraction, class_names, tfds_dir, seed):
+    """The sources of a run, their images checked (`_check_images`), and `val_fraction` of `data`
+    held out where `val_data` is not given."""
     train = _open("data", data, class_names, tfds_dir)
-    if val_data is not None:
-        return _Data(train, _open("val_data", val_data, class_names, tfds_dir), _given(data))
+    validation = None if val_data is None else _open("val_data", val_data, class_names, tfds_dir)
+    _check_images({"data": (data, train), "val_data": (val_data, validation)})
+    if validation is not None:
+        return _Data(train, validation, _given(data))
     if val_fraction:
+        _check_classes_can_be_split(data, train, val_fraction)
         with _about("val_fraction", val_fraction, ValueError):
             train, validation = sources.split(train, val_fraction, seed=seed)
         return _Data(train, validation, _given(data))
     return _Data(train, None, _given(data))
+
+
+def _check_images(named):
+    """Refuses the data whose images cannot be decoded (`sources.check_images`), naming every one
+    found in one `RunError`, before any model is built or file written; `named`: {argument:
+    (value, source or None)}. Says so where a large folder was decoded only in part."""
+    found, complete = {}, True
+    for argument, (value, source) in named.items():
+        if source is None:
+            continue
+        what = f"{argument}={_shown(value)!r}"
+        check = sources.check_images(source)
+        if not check.complete:
+            print(f"{what}: {check.said()}", flush=True)
+        complete = complete and check.complete
+        if check.undecodable:
+            found[what] = (argument, value, check.undecodable)
+    if not found:
+        return
+    for what, (_, _, bad) in found.items():
+        if len(bad) > sources.BAD_IMAGES_SHOWN:  # the message names the first; here are all
+            print(f"{what}: the {len(bad)} files that cannot be decoded:", flush=True)
+            for undecodable in bad:
+                print(f"  {undecodable.name} ({undecodable.reason})", flush=True)
+    argument, value, _ = next(iter(found.values()))
+    message = sources.undecodable_message({what: bad for what, (_, _, bad) in found.items()}, complete)
+    raise RunError(message, argument, value=value)
+
+
+def _check_classes_can_be_split(data, source, val_fraction):
+    """A class of 1 image cannot give an image to validation and keep one to train on: refused by name."""
+    counts = sources.class_counts(source)
+    if counts is None or source.folder is None:
+        return
+    alone = [os.path.join(source.folder, str(name)) for name, count in zip(source.class_names, counts)
+             if count < 2]
+    if not alone:
+        return
+    folders = ", ".join(repr(folder) for folder in alone[:5]) + (f" and {len(alone) - 5} more"
+                                                                 if len(alone) > 5 else "")
+    which = f"the class folder {folders} holds" if len(alone) == 1 else f"the class folders {folders} hold"
+    raise RunError(
+        f"data={_shown(data)!r}: {which} 1 image, but val_fraction={val_fraction:g} holds a part of each "
+        "class out for validation, and 1 image cannot be both trained on and validated: each class needs at "
+        "least 2 images; add images, or give val_fraction=0 (no validation) or val_data=FOLDER (validation "
+        "images of their own).", "data", value=data)
+
+
+def _validation_fraction(val_data, val_fraction):
+    """`val_fraction` as the run holds it out: 0.1 when neither is given, none with `val_data`."""
+    if val_data is None:
+        return 0.1 if val_fraction is None else val_fraction
+    if val_fraction is not None:
+        raise RunError(
+            f"val_data={_shown(val_data)!r} and val_fraction={val_fraction:g} are both given: with val_data, "
+            "its images validate and no part of data is held out; give one of them.", "val_fraction", usage=True)
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -534,6 +613,19 @@ def _distribution(strategy):
 # === The runs ===
 
 
+def _decoder_messages_dropped(run_function):
+    """`run_function` with the image decoders' own lines (libjpeg's "Corrupt JPEG data: ...") kept off
+    standard error while it runs: a bad file is named in keras_cait's words (`keras_cait.decoder_messages`)."""
+
+    @functools.wraps(run_function)
+    def quiet(*args, **kwargs):
+        with decoder_messages_dropped():
+            return run_function(*args, **kwargs)
+
+    return quiet
+
+
+@_decoder_messages_dropped
 def train(model, data, output_dir, *, recipe=None, val_data=None, class_names=None, tfds_dir=None,
           image_size=224, crop_pct=1.0, precision="auto", strategy="none", seed=0,
           deterministic=False, jit_compile=True, teacher=None, backup_every=1000, cache=False,
@@ -595,7 +687,8 @@ def _given(value):
     return value
 
 
-def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_data=None, val_fraction=0.1,
+@_decoder_messages_dropped
+def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_data=None, val_fraction=None,
              class_names=None, tfds_dir=None, image_size=None, crop_pct=1.0, precision="auto",
              strategy="none", seed=0, deterministic=False, jit_compile=True, lora_rank=0, teacher=None,
              backup_every=200, cache=False, shuffle_buffer=None, verbose=1, fit_batch_to_data=False):
@@ -608,7 +701,9 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
         model: a variant name ("XXS24", "cait_xxs24_384") with `weights` ("imagenet", None or a
             file), or the path of a .keras model.
         data, val_data: as in `train`; without `val_data`, `val_fraction` of `data` is held out
-            (0: no validation).
+            (default 0.1; 0: no validation), about that part of each class and never a class's
+            last image, so each class needs 2 images or more; with `val_data`, `val_fraction`
+            must not be given.
         image_size: default: the .keras model's own side, or the side of the checkpoint the name loads.
         The other arguments are `train`'s.
 
@@ -617,6 +712,7 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
     """
     recipe = RECIPES["transfer"] if recipe is None else recipe
     _check_recipe(recipe, teacher, "finetune")
+    val_fraction = _validation_fraction(val_data, val_fraction)
     precision = _check_precision(precision, auto=True)
     settings = _settings(model=_given(model), weights=_given(weights), data=_given(data),
                          val_data=_given(val_data), val_fraction=val_fraction, class_names=class_names,
@@ -686,6 +782,7 @@ def _check_lora_can_start(output_dir):
         )
 
 
+@_decoder_messages_dropped
 def evaluate(model, data, *, weights="imagenet", class_names=None, tfds_dir=None, image_size=None,
              crop_pct=1.0, batch_size=64, precision="float32", verbose=1):
     """Top-1 (and, from 5 classes, top-5) accuracy of a CaiT on `data`, as CaiT is evaluated
@@ -702,6 +799,7 @@ def evaluate(model, data, *, weights="imagenet", class_names=None, tfds_dir=None
     _check_precision(precision)
     keras.mixed_precision.set_global_policy(precision)
     source = _open("data", data, class_names, tfds_dir)
+    _check_images({"data": (data, source)})
     if isinstance(model, keras.Model) or _is_file(model):
         classifier = model if isinstance(model, keras.Model) else _load_keras("model", model)
         side = _square_side(classifier, model)

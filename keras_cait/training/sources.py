@@ -9,15 +9,27 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import os
-import re
+import time
 from collections.abc import Callable
 
+import numpy as np
 import tensorflow as tf
 
 from keras_cait.atomic import written_atomically
-from keras_cait.evaluation_transform import MAX_PIXELS, decode_image
+from keras_cait.decoder_messages import decoder_messages_dropped
+from keras_cait.evaluation_transform import (
+    HEADER_BYTES,
+    IMAGE_EXTENSIONS,
+    IMAGE_FILE_FORMATS,
+    IMAGE_FORMATS,
+    decode_error_reason,
+    decode_image,
+    header_fault,
+    is_image_file_name,
+)
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+# What an image folder's class folders hold: the one list of formats (evaluation_transform).
+_IMAGE_FILES = f"{IMAGE_FORMATS} files: {', '.join(IMAGE_EXTENSIONS)}"
 
 
 @dataclasses.dataclass
@@ -31,6 +43,9 @@ class ImageSource:
         class_names: the class of each index.
         in_memory: whether `examples` are held in memory (file paths), so that
             a whole epoch can be shuffled at once.
+        folder: the image folder it lists (None for records).
+        skipped: the files of the folder's classes that are not read: their
+            extension is none of `IMAGE_EXTENSIONS` (`skipped_files` says so).
     """
 
     examples: tf.data.Dataset
@@ -38,6 +53,8 @@ class ImageSource:
     num_examples: int
     class_names: list
     in_memory: bool = False
+    folder: str | None = None
+    skipped: tuple = ()
 
     @property
     def num_classes(self):
@@ -45,13 +62,16 @@ class ImageSource:
 
 
 def image_folder(directory):
-    """The images of `directory/<class name>/*.{jpg,jpeg,png,bmp,gif}`, classes in sorted order.
+    """The images of `directory/<class name>/*.{jpg,jpeg,png,gif,bmp,webp}`, classes in sorted order.
 
     The layout of Keras' `image_dataset_from_directory` and torchvision's
     `ImageFolder`. Hidden folders (`.ipynb_checkpoints`, `.thumbnails`: a name
     starting with '.') are not classes, as in Keras, and are not searched for
-    images. A class folder without images is refused by name, as torchvision
-    does: a class the model is never shown is a mistake, not a class.
+    images. Files of other extensions (`photo.tiff`, `notes.txt`) are not read
+    but kept in `skipped`, for the run to say so; hidden ones (`.DS_Store`) are
+    left out without a word. A class folder without
+    images is refused by name, as torchvision does: a class the model is never
+    shown is a mistake, not a class.
     """
     directory = os.fspath(directory)
     if not os.path.isdir(directory):
@@ -59,29 +79,32 @@ def image_folder(directory):
     class_names = sorted(
         entry.name for entry in os.scandir(directory) if entry.is_dir() and not entry.name.startswith(".")
     )
-    paths, labels, empty = [], [], []
+    paths, labels, empty, skipped = [], [], [], []
     for index, name in enumerate(class_names):
-        count = len(paths)
+        count, others = len(paths), len(skipped)
         for root, files in sorted(_walk(os.path.join(directory, name))):
             for file in sorted(files):
-                if file.lower().endswith(IMAGE_EXTENSIONS):
+                if is_image_file_name(file):
                     paths.append(os.path.join(root, file))
                     labels.append(index)
+                elif not file.startswith("."):
+                    skipped.append(os.path.join(root, file))
         if len(paths) == count:
-            empty.append(os.path.join(directory, name))
+            empty.append((os.path.join(directory, name), skipped[others:]))
     if not paths:
         raise ValueError(
             f"Image folder {directory!r} has no images: expected one subfolder per class "
-            f"holding {', '.join(IMAGE_EXTENSIONS)} files, e.g. {directory}/cat/1.jpg."
+            f"holding {_IMAGE_FILES}, e.g. {directory}/cat/1.jpg"
+            f"{_others([path for _, found in empty for path in found])}."
         )
     if empty:
-        folders = ", ".join(repr(folder) for folder in empty[:5])
-        folders += f" and {len(empty) - 5} more" if len(empty) > 5 else ""
+        folders = _listed([repr(folder) for folder, _ in empty])
+        others = _others([path for _, found in empty for path in found])
         raise ValueError(
-            f"The class folder {folders} holds no images ({', '.join(IMAGE_EXTENSIONS)} files); "
+            f"The class folder {folders} holds no images ({_IMAGE_FILES}){others}; "
             "add images to it, or remove the folder."
             if len(empty) == 1 else
-            f"The class folders {folders} hold no images ({', '.join(IMAGE_EXTENSIONS)} files); "
+            f"The class folders {folders} hold no images ({_IMAGE_FILES}){others}; "
             "add images to them, or remove those folders."
         )
     examples = tf.data.Dataset.from_tensor_slices((paths, tf.constant(labels, tf.int32)))
@@ -91,7 +114,31 @@ def image_folder(directory):
         len(paths),
         class_names,
         in_memory=True,
+        folder=directory,
+        skipped=tuple(skipped),
     )
+
+
+def _listed(names, shown=5):
+    """`a, b, c and 4 more`: the first `shown` of `names`."""
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
+def _others(paths):
+    """`, only files of other formats: a.tiff, b.heic` where a folder holds those, else ``."""
+    return f", only files of other formats: {_listed(paths)}" if paths else ""
+
+
+def skipped_files(what, source):
+    """The sentence that says which files of an image folder are not read (their extension is
+    none of the list), naming them (the first 10) and counting them; None where none is."""
+    skipped = list(getattr(source, "skipped", ()))
+    if not skipped:
+        return None
+    count = f"{len(skipped)} files are" if len(skipped) > 1 else "1 file is"
+    return (f"{what}: {count} not read, for an extension other than {', '.join(IMAGE_EXTENSIONS)} "
+            f"({IMAGE_FORMATS}): {_listed(skipped, 10)}. Convert them to one of those formats to use them, "
+            "or move them out of the class folders.")
 
 
 def _walk(folder):
@@ -205,31 +252,80 @@ def source(spec, class_names=None, data_dir=None):
 def split(source, fraction, seed=0):
     """Splits an in-memory source (e.g. an image folder) into (rest, held-out `fraction`).
 
-    The held-out examples are a seeded random choice, the same on every call.
+    The held-out examples are a seeded random choice, the same on every call. Of an
+    image folder (or a split of one) the choice is stratified: each class gives about
+    `fraction` of its images, and never its last one, so that every class is trained on
+    (`class_counts` tells the classes of 1 image, which cannot be split).
     """
     if not 0 < fraction < 1:
         raise ValueError(f"fraction={fraction}: must be in (0, 1), e.g. 0.1.")
     held_out = max(1, round(source.num_examples * fraction))
     if held_out >= source.num_examples:
         raise ValueError(f"Cannot hold out {fraction:.0%} of {source.num_examples} examples.")
-    shuffled = source.examples.shuffle(source.num_examples, seed=seed, reshuffle_each_iteration=False)
-    return (
-        dataclasses.replace(
-            source, examples=shuffled.skip(held_out), num_examples=source.num_examples - held_out
-        ),
-        dataclasses.replace(source, examples=shuffled.take(held_out), num_examples=held_out),
+    labelled = _paths_and_labels(source)
+    if labelled is None:
+        shuffled = source.examples.shuffle(source.num_examples, seed=seed, reshuffle_each_iteration=False)
+        return (
+            dataclasses.replace(
+                source, examples=shuffled.skip(held_out), num_examples=source.num_examples - held_out
+            ),
+            dataclasses.replace(source, examples=shuffled.take(held_out), num_examples=held_out),
+        )
+    paths, labels = labelled
+    classes = len(set(labels.tolist()))
+    if held_out > source.num_examples - classes:
+        raise ValueError(f"Cannot hold out {fraction:.0%} of {source.num_examples} examples and keep an "
+                         f"example of each of the {classes} classes to train on.")
+    rank = np.random.default_rng(seed).permutation(source.num_examples)  # a random order of the examples
+    # In that order the k-th of a class of n examples gets the key (k + 1/2) / n (its last: never held
+    # out); the smallest keys, ties broken by the order, hold out about as much of each class.
+    key = np.empty(source.num_examples)
+    for label in np.unique(labels):
+        members = np.flatnonzero(labels == label)
+        members = members[np.argsort(rank[members])]
+        key[members] = (np.arange(len(members)) + 0.5) / len(members)
+        key[members[-1]] = np.inf
+    order = np.lexsort((rank, key))
+    rest = order[held_out:][np.argsort(rank[order[held_out:]])]  # in the random order
+    return tuple(
+        dataclasses.replace(source, examples=tf.data.Dataset.from_tensor_slices((paths[part], labels[part])),
+                            num_examples=len(part))
+        for part in (rest, order[:held_out])
     )
 
 
-# === After a decode failure: which examples cannot be decoded ===
+def _paths_and_labels(source):
+    """`(paths, labels)` numpy arrays of a source whose examples are `(path, label)` in memory (an
+    image folder, or a split of one); None for records."""
+    spec = source.examples.element_spec
+    if not (source.in_memory and isinstance(spec, tuple) and len(spec) == 2
+            and spec[0].dtype == tf.string and spec[0].shape.rank == 0):
+        return None
+    batches = [(paths.numpy(), labels.numpy()) for paths, labels in source.examples.batch(1 << 16)]
+    if not batches:
+        return np.array([], object), np.array([], np.int32)
+    return (np.concatenate([paths for paths, _ in batches]),
+            np.concatenate([labels for _, labels in batches]).astype(np.int32))
 
-# The first bytes of the formats TensorFlow's image decoders take (what `tf.io.decode_image`
-# classifies a file by); a file that starts with none of them fails to decode whatever follows.
-_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF8", b"BM", b"\xff\x0a",
-          b"\x00\x00\x00\x0cJXL \r\n\x87\n")
-_HEAD = 16
-_NOT_AN_IMAGE = "not an image file"
-_EMPTY = "an empty file"
+
+def class_counts(source):
+    """The number of examples of each class of an image folder (or a split of one), in label
+    order; None for records (counting them would read them all)."""
+    labelled = _paths_and_labels(source)
+    if labelled is None:
+        return None
+    return np.bincount(labelled[1], minlength=source.num_classes).tolist()
+
+
+# === Which examples cannot be decoded: before a run, and after a decode failure ===
+
+# How many undecodable files a message names (the rest are counted).
+BAD_IMAGES_SHOWN = 5
+# The decode pass of `check_images`: at least this many images, then until this many seconds.
+CHECK_DECODES_AT_LEAST = 256
+CHECK_SECONDS = 5.0
+# Bytes of a file's end that tell whether it is complete (`_looks_complete`).
+_TAIL = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,42 +337,76 @@ class Undecodable:
     reason: str
 
 
-def _header_fault(head):
-    """Why bytes starting with `head` cannot be an image, or None where they may be one."""
-    if not head:
-        return _EMPTY
-    if head.startswith(_MAGIC) or (head[:4] == b"RIFF" and head[8:12] == b"WEBP"):
-        return None
-    return _NOT_AN_IMAGE
+@dataclasses.dataclass(frozen=True)
+class ImageCheck:
+    """What `check_images` found: the `undecodable` examples, how many examples were `decoded`
+    of the `total`, and the `seconds` the check took."""
+
+    undecodable: list
+    decoded: int
+    total: int
+    seconds: float
+    files: bool = True
+
+    @property
+    def complete(self):
+        return self.decoded >= self.total
+
+    def said(self):
+        """What was checked, in words: `the first and last bytes of its 1,281,167 files read, 2,304
+        of them decoded in 5.1 s; the others are decoded as the run reads them.`"""
+        if self.files:
+            checked = f"the first and last bytes of its {self.total:,} files read, {self.decoded:,} of them"
+        else:
+            checked = f"{self.decoded:,} of its {self.total:,} records"
+        return f"{checked} decoded in {self.seconds:.1f} s; the others are decoded as the run reads them."
 
 
 def _file_paths(source):
     """The file paths of a source whose examples are `(path, label)` (an image folder, or a split
     of one); None for records."""
-    spec = source.examples.element_spec
-    if not (source.in_memory and isinstance(spec, tuple) and len(spec) == 2
-            and spec[0].dtype == tf.string and spec[0].shape.rank == 0):
-        return None
-    return [os.fsdecode(path) for batch in source.examples.map(lambda path, _: path).batch(1 << 16)
-            for path in batch.numpy()]
+    labelled = _paths_and_labels(source)
+    return None if labelled is None else [os.fsdecode(path) for path in labelled[0]]
 
 
-def _read_heads(paths):
-    """The first bytes of each file (None where it cannot be read), read by a few threads."""
+def _looks_complete(head, tail, size):
+    """Whether a file of a listed format ends as a whole file of its format does (a JPEG's EOI
+    marker, a PNG's IEND chunk, a GIF's trailer, the sizes a BMP's and a WebP's headers declare).
+    A file that does not is decoded first by `check_images`: a truncated copy looks like this."""
+    name = next(known.name for known in IMAGE_FILE_FORMATS if known.matches(head))
+    if name == "JPEG":
+        return tail.rstrip(b"\x00").endswith(b"\xff\xd9")
+    if name == "PNG":
+        return tail.endswith(b"IEND\xaeB`\x82")
+    if name == "GIF":
+        return tail.rstrip(b"\x00").endswith(b";")
+    declared = int.from_bytes(head[2:6] if name == "BMP" else head[4:8], "little") + (8 if name == "WebP" else 0)
+    return len(head) >= 8 and declared <= size
 
-    def heads(chunk):
+
+def _read_ends(paths):
+    """`(head, complete)` of each file: its first `HEADER_BYTES` bytes and whether its last bytes
+    end it as its format does (None where it cannot be read), read by a few threads."""
+
+    def ends(chunk):
         found = []
         for path in chunk:
             try:
                 with open(path, "rb") as file:
-                    found.append(file.read(_HEAD))
+                    head = file.read(HEADER_BYTES)
+                    complete = None
+                    if header_fault(head) is None:
+                        size = os.fstat(file.fileno()).st_size
+                        file.seek(max(0, size - _TAIL))
+                        complete = _looks_complete(head, file.read(_TAIL), size)
+                    found.append((head, complete))
             except OSError:  # not a decoding matter: the stream reports it by its own error
                 found.append(None)
         return found
 
     chunks = [paths[start:start + 1024] for start in range(0, len(paths), 1024)]
     with concurrent.futures.ThreadPoolExecutor(min(16, (os.cpu_count() or 1) + 4)) as pool:
-        return [head for found in pool.map(heads, chunks) for head in found]
+        return [end for found in pool.map(ends, chunks) for end in found]
 
 
 def _load(source, element):
@@ -285,33 +415,22 @@ def _load(source, element):
 
 def _record_heads(source):
     """The first bytes of each record's image, in the source's order (every record is read)."""
-    dataset = source.examples.map(lambda *element: tf.strings.substr(_load(source, element)[0], 0, _HEAD),
-                                  num_parallel_calls=tf.data.AUTOTUNE)
+    dataset = source.examples.map(
+        lambda *element: tf.strings.substr(_load(source, element)[0], 0, HEADER_BYTES),
+        num_parallel_calls=tf.data.AUTOTUNE)
     return [head for batch in dataset.batch(4096) for head in batch.numpy()]
 
 
 def _decode_fault(encoded):
     """Why `encoded` fails the decode of the training and evaluation streams, or None."""
+    fault = header_fault(encoded[:HEADER_BYTES])
+    if fault is not None:
+        return fault
     try:
         decode_image(tf.constant(encoded))
     except tf.errors.InvalidArgumentError as error:
-        return _reason(error.message)
+        return decode_error_reason(error.message)
     return None
-
-
-def _reason(message):
-    """TensorFlow's decode error, in a few words: `jpeg::Uncompress failed. Invalid JPEG data or crop
-    window.` -> `Invalid JPEG data or crop window`; the pixel limit's assertion -> `WxH pixels, ...`."""
-    too_large = re.search(r"The image is (.*?) pixels;", message)
-    if too_large:
-        return (f"{too_large.group(1)} pixels, more than the {MAX_PIXELS:,} that are decoded "
-                "(PIL's decompression-bomb limit)")
-    message = re.sub(r"\{\{function_node [^}]*\}\}", "", message)
-    message = re.sub(r"\s*\[Op:\w+\].*", "", message).strip().splitlines()
-    reason = message[0].strip().rstrip(".") if message else ""
-    if "Invalid JPEG data" in reason:  # "... or crop window": the full decode has none
-        return "invalid JPEG data (a truncated or damaged file)"
-    return reason or "a decoder error"
 
 
 PASSES = ("headers", "decode")
@@ -320,15 +439,14 @@ PASSES = ("headers", "decode")
 def find_undecodable(source, limit=None, passes=PASSES):
     """The examples of `source` that the training and evaluation streams cannot decode.
 
-    Meant for after a run failed on a decode error (TensorFlow's message names no
-    file): nothing is checked before training, which would cost a decode of every
-    image. Two passes, the second only where the first finds nothing:
+    What a command searches after a run failed on a decode error that the check before
+    it (`check_images`) did not reach (TensorFlow's message names no file). Two passes,
+    the second only where the first finds nothing:
 
-    1. "headers": the first bytes of every example against the formats TensorFlow
-       decodes (JPEG, PNG, GIF, BMP, WebP, JPEG XL): a text file named `.jpg`, an
-       empty file. An image folder reads 16 bytes of each file (about 3 s per
-       100,000 files on a 2-core machine, page cache warm); TFRecords and TFDS
-       read every record;
+    1. "headers": the first bytes of every example against the formats that are read
+       (`keras_cait.evaluation_transform.IMAGE_FILE_FORMATS`): a text file named `.jpg`,
+       an empty file, a TIFF, an animated WebP. An image folder reads the ends of each
+       file (`check_images` gives the cost); TFRecords and TFDS read every record;
     2. "decode": the decode the streams use (`keras_cait.evaluation_transform.
        decode_image`) of every example, in parallel: a truncated or damaged file,
        an image over the pixel limit. It stops once `limit` examples are found.
@@ -350,42 +468,94 @@ def find_undecodable(source, limit=None, passes=PASSES):
     paths = _file_paths(source)
     names = paths if paths is not None else [f"record {index}" for index in range(source.num_examples)]
     if "headers" in passes:
-        heads = _read_heads(paths) if paths is not None else _record_heads(source)
-        if paths is None and len(heads) != len(names):
-            names = [f"record {index}" for index in range(len(heads))]
+        if paths is not None:
+            heads = [end[0] if end is not None else None for end in _read_ends(paths)]
+        else:
+            heads = _record_heads(source)
+            if len(heads) != len(names):
+                names = [f"record {index}" for index in range(len(heads))]
         found = [Undecodable(name, fault) for name, head in zip(names, heads)
-                 if head is not None and (fault := _header_fault(head)) is not None]
+                 if head is not None and (fault := header_fault(head)) is not None]
         if found:
             return found
     if "decode" in passes:
-        return _decode_pass(source, names, limit)
+        return _decode_pass(source, names, limit)[0]
     return []
 
 
-def _decode_pass(source, names, limit):
-    """Decodes every example; those whose decode fails are the gaps in the indices that come out
-    (`ignore_errors` drops them), then read once more, together, and decoded one by one for the
-    reason."""
+def check_images(source, seconds=CHECK_SECONDS, at_least=CHECK_DECODES_AT_LEAST):
+    """The check of a run's data before it trains: the examples that cannot be decoded, all at once.
+
+    An image folder (or a split of one): the first and last bytes of every file
+    (`find_undecodable`'s header pass, and whether the file ends as its format does),
+    then the decode of the files whose header passes, those that do not end as they
+    should (a truncated copy) first, then the others in the folder's order: at least
+    `at_least` files, then as many as `seconds` allow. A folder of up to a few thousand
+    small images is decoded whole; of a larger one, every file's ends are read and the
+    rest of its images are decoded as the run reads them (a decode error there is
+    named by the command, `keras_cait.cli.errors.named_bad_images`). TFRecords and TFDS:
+    the records' decode, from the first, as bounded. The decoders' own messages are
+    kept off standard error (`keras_cait.decoder_messages`).
+
+    Returns:
+        an `ImageCheck`: the undecodable examples in the source's order (all of them
+        where `complete`), how many of `total` examples were decoded, and the seconds.
+    """
+    start = time.monotonic()
+    paths = _file_paths(source)
+    if paths is None:
+        names = [f"record {index}" for index in range(source.num_examples)]
+        found, decoded = _decode_pass(source, names, None, seconds, at_least)
+        return ImageCheck(found, decoded, source.num_examples, time.monotonic() - start, files=False)
+    ends = _read_ends(paths)
+    faults = {index: Undecodable(path, fault) for index, (path, end) in enumerate(zip(paths, ends))
+              if end is not None and (fault := header_fault(end[0])) is not None}
+    readable = [index for index, end in enumerate(ends) if end is not None and index not in faults]
+    ordered = sorted(readable, key=lambda index: ends[index][1])  # False (not complete) first
+    candidates = dataclasses.replace(
+        source, examples=tf.data.Dataset.from_tensor_slices(
+            ([paths[index] for index in ordered], tf.zeros([len(ordered)], tf.int32))),
+        num_examples=len(ordered))
+    left = max(0.0, seconds - (time.monotonic() - start))
+    found, decoded = _decode_pass(candidates, [paths[index] for index in ordered], None, left, at_least)
+    position = {path: index for index, path in enumerate(paths)}
+    found = sorted([*faults.values(), *found], key=lambda undecodable: position[undecodable.name])
+    unreadable = sum(end is None for end in ends)  # the stream names those itself (an OSError)
+    return ImageCheck(found, len(faults) + decoded + unreadable, len(paths), time.monotonic() - start)
+
+
+def _decode_pass(source, names, limit, seconds=None, at_least=0):
+    """`(undecodable, examined)`: decodes the examples in order, those whose decode fails being the
+    gaps in the indices that come out (`ignore_errors` drops them), read once more, together, and
+    decoded one by one for the reason. Stops once `limit` are found, or, with `seconds`, once at
+    least `at_least` examples are examined and `seconds` have passed."""
 
     def decodes(index, element):
         image = decode_image(_load(source, element)[0])
         return index, tf.shape(image)[0]
 
+    start = None  # the time is counted from the first batch: building the pipeline is not decoding
     decoded = (source.examples.enumerate()
                .map(decodes, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
                .ignore_errors()
                .map(lambda index, _: index)
-               .batch(1024))
+               .batch(32))
     failed, expected = [], 0
-    for batch in decoded:
-        for index in batch.numpy().tolist():
-            failed.extend(range(expected, index))
-            expected = index + 1
-        if limit is not None and len(failed) >= limit:
-            break
-    else:
-        failed.extend(range(expected, max(expected, len(names))))
-    return _refused(source, names, failed[:limit] if limit is not None else failed)
+    with decoder_messages_dropped():
+        for batch in decoded:
+            for index in batch.numpy().tolist():
+                failed.extend(range(expected, index))
+                expected = index + 1
+            if limit is not None and len(failed) >= limit:
+                break
+            start = time.monotonic() if start is None else start
+            if seconds is not None and expected >= at_least and time.monotonic() - start > seconds:
+                break
+        else:  # the examples after the last one decoded failed too
+            failed.extend(range(expected, len(names)))
+            expected = max(expected, len(names))
+        found = _refused(source, names, failed[:limit] if limit is not None else failed)
+    return found, expected
 
 
 def _refused(source, names, indices):
@@ -405,3 +575,44 @@ def _refused(source, names, indices):
         if reason is not None:
             found.append(Undecodable(names[index] if index < len(names) else f"record {index}", reason))
     return found
+
+
+def undecodable_message(found, complete=True):
+    """The message naming the undecodable examples, `found` ({what: [Undecodable]}, `what` the
+    argument and its value: `data='photos'`, or a flag: `--data photos`), the first's named, the
+    others' counted; `complete`: whether every example was searched (else "at least N"):
+
+        data='photos': photos/cat/x.jpg cannot be decoded as an image (JPEG, PNG, GIF, BMP or
+        WebP): not an image file; remove or replace it.
+    """
+    (what, bad), *others = found.items()
+    bad = sorted(bad, key=lambda undecodable: undecodable.name)
+    records = bad[0].name.startswith("record ")
+    several = len(bad) > 1 or bool(others)
+    if not records:
+        advice = "remove or replace them" if several else "remove or replace it"
+    elif "tfds:" in what:
+        advice = "prepare the dataset again (tfds build): its files are damaged"
+    else:
+        advice = ("write the TFRecords again without them, or with the images replaced" if several
+                  else "write the TFRecords again without it, or with the image replaced")
+    where = " (counting from 0 in the source's order)" if records else ""
+    elsewhere = "".join(f" (and {_count(len(more), complete)} in {flag}: {_names(more, reasons=False)})"
+                        for flag, more in others)
+    if len(bad) == 1:
+        return (f"{what}: {bad[0].name}{where} cannot be decoded as an image ({IMAGE_FORMATS}): "
+                f"{bad[0].reason}{elsewhere}; {advice}.")
+    kind = "records" if records else "files"
+    return (f"{what}: {_count(len(bad), complete)} {kind}{where} cannot be decoded as images "
+            f"({IMAGE_FORMATS}): {_names(bad)}{elsewhere}; {advice}.")
+
+
+def _names(bad, reasons=True):
+    """`a.jpg (reason), b.jpg (reason) and 3 more`: the first `BAD_IMAGES_SHOWN`, sorted."""
+    bad = sorted(bad, key=lambda undecodable: undecodable.name)
+    return _listed([f"{undecodable.name} ({undecodable.reason})" if reasons else undecodable.name
+                    for undecodable in bad], BAD_IMAGES_SHOWN)
+
+
+def _count(count, complete):
+    return str(count) if complete else f"at least {count}"

@@ -16,6 +16,7 @@ import tensorflow as tf
 from PIL import Image
 
 from keras_cait.cli.errors import UserError, named_bad_images
+from keras_cait.evaluation_transform import IMAGE_FORMATS
 from keras_cait.training import sources, stream
 from tests.conftest import TINY_CAIT, TINY_SIZE, write_digits
 
@@ -55,8 +56,8 @@ def test_a_decode_error_becomes_the_line_naming_the_file(tmp_path, digits):
         with named_bad_images("--data photos", source):
             read_all(source)
     broken = os.path.join(str(tmp_path), "photos", "1", "broken.jpg")
-    assert str(failed.value) == (f"--data photos: {broken} cannot be decoded as an image (JPEG, PNG, GIF or "
-                                 "BMP): not an image file; remove or replace it.")
+    assert str(failed.value) == (f"--data photos: {broken} cannot be decoded as an image ({IMAGE_FORMATS}): "
+                                 "not an image file; remove or replace it.")
     assert failed.value.status == FAILURE
     assert isinstance(failed.value.__cause__, tf.errors.InvalidArgumentError)
 
@@ -143,7 +144,7 @@ def test_finetune_on_an_undecodable_image_names_the_file(damage, tiny_model, tmp
     line = the_line(status, err)
     broken = os.path.join("photos", "1", "broken.jpg")
     assert line.startswith(f"keras-cait finetune: --data photos: {broken} cannot be decoded as an image "
-                           "(JPEG, PNG, GIF or BMP): "), line
+                           f"({IMAGE_FORMATS}): "), line
     assert line.endswith("; remove or replace it."), line
     assert "DecodeImage" not in line and "{{" not in line and "[[" not in line, line
 
@@ -197,7 +198,8 @@ def test_an_empty_class_folder_is_refused_by_name(tiny_model, tmp_path):
     line = the_line(status, err)
     dog = os.path.join("photos", "dog")
     assert line == (f"keras-cait finetune: --data photos: The class folder '{dog}' holds no images "
-                    "(.jpg, .jpeg, .png, .bmp, .gif files); add images to it, or remove the folder."), line
+                    f"({IMAGE_FORMATS} files: {', '.join(sources.IMAGE_EXTENSIONS)}); add images to it, or remove the "
+                    "folder."), line
     assert not (tmp_path / "runs").exists()
 
 
@@ -210,3 +212,23 @@ def test_a_good_folder_still_trains(tiny_model, tmp_path):
                                    "runs/ft", "--model", tiny_model, *TRAINING], tmp_path)
     assert status == 0, err
     assert (tmp_path / "runs" / "ft" / "final.keras").exists()
+
+
+@pytest.mark.large
+def test_the_check_before_training_names_the_files_and_stderr_holds_only_the_line(tiny_model, tmp_path):
+    """libjpeg prints "Improper call to JPEG library in state 203" and "Input file read error" with
+    fprintf (TF_CPP_MIN_LOG_LEVEL=3 does not hide them): they used to come before the line."""
+    photos(tmp_path)
+    cut = tmp_path / "photos" / "1" / "cut.jpg"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(
+        cut, format="JPEG", quality=90, progressive=True)
+    cut.write_bytes(cut.read_bytes()[:600])
+    (tmp_path / "photos" / "2" / "header.jpg").write_bytes(b"\xff\xd8\xff\xe0\x00\x10JFIF\x00")
+    status, out, err = keras_cait(["finetune", "--data", "photos", "--output-dir", "runs/ft",
+                                   "--model", tiny_model, *TRAINING], tmp_path)
+    line = the_line(status, err)
+    assert line == (f"keras-cait finetune: --data photos: 2 files cannot be decoded as images ({IMAGE_FORMATS}): "
+                    f"{os.path.join('photos', '1', 'cut.jpg')} (invalid JPEG data (a truncated or damaged file)), "
+                    f"{os.path.join('photos', '2', 'header.jpg')} (invalid JPEG data (a truncated or damaged "
+                    "file)); remove or replace them."), line
+    assert not (tmp_path / "runs").exists()

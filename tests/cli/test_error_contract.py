@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from keras_cait.cli import main, runs
+from keras_cait.cli import main
 from keras_cait.cli.errors import CommandFailed
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -187,8 +187,18 @@ ROWS = {
                                                            reads="data model"),
     "evaluate/keras-model-not-of-images": row(EVALUATE + " --model {dense}", FAILURE, "--model {dense}", "(None, 8)",
                                               "not images", reads="data model"),
+    "finetune/val-data-with-val-fraction": row(FINETUNE + " --val-data {digits} --val-fraction 0.2", USAGE,
+                                               "--val-data {digits} and --val-fraction 0.2"),
+    "finetune/class-of-one-image": row("finetune --data {lonely} --output-dir {tmp}/run", FAILURE,
+                                       "--data {lonely}", "'{lonely}/1' holds 1 image", "--val-fraction 0",
+                                       "--val-data FOLDER", reads="data"),
+    "finetune/undecodable-images": row("finetune --data {broken} --output-dir {tmp}/run", FAILURE,
+                                       "--data {broken}: 2 files", "{broken}/0/notes.jpg", "{broken}/1/cut.jpg",
+                                       reads="data"),
     # --- evaluate ---
     "evaluate/missing-data": row("evaluate --data {tmp}/missing", FAILURE, "--data {tmp}/missing"),
+    "evaluate/undecodable-images": row("evaluate --data {broken}", FAILURE, "--data {broken}: 2 files",
+                                       "{broken}/0/notes.jpg", reads="data"),
     "evaluate/missing-keras-model": row(EVALUATE + " --model {tmp}/missing.keras", FAILURE,
                                         "{tmp}/missing.keras"),
     "evaluate/batch-size-0": row(EVALUATE + " --batch-size 0", USAGE, "--batch-size 0"),
@@ -240,7 +250,8 @@ def other_keras_models(tmp_path_factory):
 
 def make_workspace(root):
     """The files the rows name: {image} {garbage}.jpg|.safetensors|.keras {afile} {folder}
-    {pngfolder} {digits} (2 classes of 2 images) {empty} (a class without images) {existing}/1
+    {pngfolder} {digits} (2 classes of 2 images) {lonely} (a class of 1 image) {broken} (a text
+    file named .jpg, a cut JPEG) {empty} (a class without images) {existing}/1
     {names} (3 class names, one a line)."""
     os.makedirs(root, exist_ok=True)
     paths = {"tmp": str(root)}
@@ -259,11 +270,16 @@ def make_workspace(root):
         os.makedirs(os.path.join(root, name))
     paths.update(folder=os.path.join(root, "folder"), pngfolder=os.path.join(root, "pngfolder.png"),
                  existing=os.path.join(root, "existing"), empty=os.path.join(root, "empty"))
-    paths["digits"] = os.path.join(root, "digits")
-    for label in ("0", "1"):
-        os.makedirs(os.path.join(paths["digits"], label))
-        for index in range(2):
-            _image(os.path.join(paths["digits"], label, f"{index}.png"), size=(32, 32))
+    for name, sizes in (("digits", (2, 2)), ("lonely", (2, 1)), ("broken", (2, 2))):
+        paths[name] = os.path.join(root, name)
+        for label, count in enumerate(sizes):
+            os.makedirs(os.path.join(paths[name], str(label)))
+            for index in range(count):
+                _image(os.path.join(paths[name], str(label), f"{index}.png"), size=(32, 32))
+    with open(os.path.join(paths["broken"], "0", "notes.jpg"), "w") as file:
+        file.write("not an image\n")
+    with open(os.path.join(paths["broken"], "1", "cut.jpg"), "wb") as file:
+        file.write(b"\xff\xd8\xff\xe0\x00\x10JFIF\x00")  # a JPEG cut in its header
     return paths
 
 

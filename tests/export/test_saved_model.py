@@ -11,6 +11,7 @@ import tensorflow as tf
 from PIL import Image
 from tensorflow.core.protobuf import saved_model_pb2
 
+from keras_cait.evaluation_transform import IMAGE_FORMATS
 from keras_cait.export import saved_model as export
 from keras_cait.cli import commands
 from keras_cait.export import check_destination, export_saved_model
@@ -165,7 +166,7 @@ BAD_INPUTS = {
     "grey uint8": ("serving_uint8", "images", _zeros(1, 32, 32, 1, dtype="uint8"), [EXPECTED, "serving_uint8"]),
     "not an image": (
         "serving_bytes", "image_bytes", np.array([PNG, b"<html>404</html>"], object),
-        ["JPEG, PNG, GIF or BMP", "entries [1]"],
+        [IMAGE_FORMATS, "entries [1]"],
     ),
     "no batch axis, bytes": ("serving_bytes", "image_bytes", np.array(PNG, object), ["list [batch]", "shape []"]),
     "truncated file": ("serving_bytes", "image_bytes", np.array([PNG[:100]], object), ["PNG"]),

@@ -19,6 +19,7 @@ from tensorflow.core.framework import types_pb2
 
 import keras_cait
 from keras_cait.cli import main as cli_main
+from keras_cait.evaluation_transform import IMAGE_FORMATS
 from tests.export import tf_serving_rest
 from tests.export.helpers import (
     SIDE,
@@ -131,7 +132,7 @@ def test_rest_errors_say_what_was_expected(loaded):
     status, response = rest(loaded, {"instances": np.zeros((1, 48, 48, 3)).tolist()})
     assert status == 400 and "[batch, 32, 32, 3]" in response["error"] and "got [1, 48, 48, 3]" in response["error"]
     status, response = rest(loaded, {"signature_name": "serving_bytes", "instances": [{"b64": "aGVsbG8="}]})
-    assert status == 400 and "must be JPEG, PNG, GIF or BMP files" in response["error"]
+    assert status == 400 and f"must be {IMAGE_FORMATS} files" in response["error"]
     status, response = rest(loaded, {"signature_name": "serving_jpeg", "instances": []})
     assert status == 400 and "serving_jpeg" in response["error"]
 

@@ -160,3 +160,106 @@ def test_a_start_refused_once_the_data_are_read_writes_nothing_and_the_corrected
                      precision="float32", verbose=0)
     assert raised.value.argument == "weights"
     assert not (tmp_path / "run").exists()
+
+
+# === The data checked before anything is built or written ===
+
+
+def _refuse(monkeypatch, module, name):
+    def refused(*args, **kwargs):
+        raise AssertionError(f"{name} was reached before the mistake was refused")
+
+    monkeypatch.setattr(module, name, refused)
+
+
+def test_val_data_with_val_fraction_is_refused_naming_both(tiny_run, tmp_path, monkeypatch):
+    """A given val_fraction was ignored silently when val_data was given too."""
+    model_path, data_dir = tiny_run
+    _refuse(monkeypatch, run, "_open_data")
+    with pytest.raises(run.RunError) as raised:
+        run.finetune(model_path, data_dir, tmp_path / "run", val_data=data_dir, val_fraction=0.2, verbose=0)
+    assert str(raised.value) == (
+        f"val_data={data_dir!r} and val_fraction=0.2 are both given: with val_data, its images validate and no "
+        "part of data is held out; give one of them.")
+    assert (raised.value.argument, raised.value.usage) == ("val_fraction", True)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_class_of_one_image_is_refused_by_its_folder_when_a_fraction_is_held_out(digits, tmp_path, monkeypatch):
+    """It used to end only in training or only in validation, silently."""
+    data_dir = digits(tmp_path / "photos", per_class=3, size=8, classes=range(3))
+    for name in os.listdir(os.path.join(data_dir, "2"))[1:]:
+        os.remove(os.path.join(data_dir, "2", name))
+    _refuse(monkeypatch, run, "_classifier")
+    with pytest.raises(run.RunError) as raised:
+        run.finetune("XXS24", data_dir, tmp_path / "run", weights=None, precision="float32", verbose=0,
+                     fit_batch_to_data=True)
+    lonely = os.path.join(data_dir, "2")
+    assert str(raised.value) == (
+        f"data={data_dir!r}: the class folder {lonely!r} holds 1 image, but val_fraction=0.1 holds a part of each "
+        "class out for validation, and 1 image cannot be both trained on and validated: each class needs at least "
+        "2 images; add images, or give val_fraction=0 (no validation) or val_data=FOLDER (validation images of "
+        "their own).")
+    assert raised.value.argument == "data" and not (tmp_path / "run").exists()
+
+
+def _bad_images(data_dir):
+    """A text file named .jpg and a JPEG cut in half, in two classes of `data_dir`."""
+    from PIL import Image
+
+    with open(os.path.join(data_dir, "0", "notes.jpg"), "w") as file:
+        file.write("not an image")
+    cut = os.path.join(data_dir, "1", "cut.jpg")
+    Image.new("RGB", (64, 48), (200, 30, 60)).save(cut, format="JPEG", quality=90)
+    with open(cut, "rb") as file:
+        data = file.read()
+    with open(cut, "wb") as file:
+        file.write(data[: len(data) // 2])
+    return [os.path.join(data_dir, "0", "notes.jpg"), cut]
+
+
+@pytest.mark.parametrize("command", ["finetune", "train", "evaluate"])
+def test_undecodable_images_are_named_all_at_once_before_a_model_is_built_or_a_file_written(
+        command, digits, tmp_path, monkeypatch, policy):
+    """They used to be found only when training reached them (stage 2, perhaps), run.json written."""
+    data_dir = digits(tmp_path / "photos", per_class=3, size=8, classes=range(3))
+    notes, cut = _bad_images(data_dir)
+    for name in ("_classifier", "_new_model", "_variant", "_load_keras"):
+        _refuse(monkeypatch, run, name)
+    arguments = dict(verbose=0, precision="float32")
+    with pytest.raises(run.RunError) as raised:
+        if command == "evaluate":
+            run.evaluate("XXS24", data_dir, **arguments)
+        else:
+            getattr(run, command)("XXS24", data_dir, tmp_path / "run", fit_batch_to_data=True, **arguments)
+    assert str(raised.value) == (
+        f"data={data_dir!r}: 2 files cannot be decoded as images (JPEG, PNG, GIF, BMP or WebP): {notes} (not an "
+        f"image file), {cut} (invalid JPEG data (a truncated or damaged file)); remove or replace them.")
+    assert raised.value.argument == "data" and not (tmp_path / "run").exists()
+
+
+def test_the_validation_data_s_images_are_named_with_the_training_data_s(digits, tmp_path, monkeypatch, policy):
+    train = digits(tmp_path / "photos", per_class=3, size=8, classes=range(3))
+    validation = digits(tmp_path / "val", per_class=2, size=8, classes=range(3))
+    notes, _ = _bad_images(validation)
+    _refuse(monkeypatch, run, "_classifier")
+    with pytest.raises(run.RunError, match=rf"^val_data={validation!r}: 2 files cannot be decoded") as raised:
+        run.finetune("XXS24", train, tmp_path / "run", val_data=validation, verbose=0, precision="float32",
+                     fit_batch_to_data=True)
+    assert raised.value.argument == "val_data" and notes in str(raised.value)
+
+
+def test_files_of_other_formats_in_a_class_folder_are_said_once_by_name(digits, tmp_path, monkeypatch, capsys):
+    """They used to be skipped silently (a .webp too, which is now read)."""
+    from PIL import Image
+
+    data_dir = digits(tmp_path / "photos", per_class=2, size=8, classes=range(2))
+    Image.new("RGB", (8, 8)).save(os.path.join(data_dir, "0", "scan.tiff"))
+    Image.new("RGB", (8, 8)).save(os.path.join(data_dir, "1", "photo.webp"))
+    _refuse(monkeypatch, run, "_variant")
+    with pytest.raises(AssertionError, match="_variant was reached"):
+        run.evaluate("XXS24", data_dir, verbose=0)
+    said = [line for line in capsys.readouterr().out.splitlines() if "not read" in line]
+    assert said == [f"data={data_dir!r}: 1 file is not read, for an extension other than .jpg, .jpeg, .png, .gif, "
+                    f".bmp, .webp (JPEG, PNG, GIF, BMP or WebP): {os.path.join(data_dir, '0', 'scan.tiff')}. Convert "
+                    "them to one of those formats to use them, or move them out of the class folders."]
