@@ -114,10 +114,13 @@ def has_image_signature(encoded):
     """A bool tensor: whether each of the string tensor `encoded` starts as a file of
     `IMAGE_FILE_FORMATS` does (the graph's `header_fault`, without the reasons)."""
     known = tf.zeros_like(encoded, tf.bool)
+    longest = max(offset + len(magic) for image_format in IMAGE_FILE_FORMATS
+                  for offset, magic in image_format.signature)
+    padded = tf.strings.join([encoded, b"\0" * longest])  # substr past a short string's end is an error
     for image_format in IMAGE_FILE_FORMATS:
         matches = tf.ones_like(encoded, tf.bool)
         for offset, magic in image_format.signature:
-            matches &= tf.equal(tf.strings.substr(encoded, offset, len(magic)), magic)
+            matches &= tf.equal(tf.strings.substr(padded, offset, len(magic)), magic)
         known |= matches
     return known
 
