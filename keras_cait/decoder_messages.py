@@ -15,8 +15,9 @@ those. Everything else (Python's warnings and tracebacks, TensorFlow's other rec
 import contextlib
 import os
 import re
-import sys
 import threading
+
+from keras_cait.startup_log import flush_stderr, write_all
 
 # libjpeg-turbo's messages (jerror.h) that decompression can print.
 _LIBJPEG = re.compile(
@@ -55,7 +56,7 @@ def decoder_messages_dropped():
         yield
         return
     read_end, write_end = os.pipe()
-    _flush_stderr()
+    flush_stderr()
     os.dup2(write_end, 2)
     os.close(write_end)
     forwarder = threading.Thread(target=_forward, args=(read_end, original), daemon=True,
@@ -64,7 +65,7 @@ def decoder_messages_dropped():
     try:
         yield
     finally:
-        _flush_stderr()
+        flush_stderr()
         os.dup2(original, 2)  # the pipe's last writer is gone: the forwarder reads to its end
         forwarder.join(timeout=10)
         if not forwarder.is_alive():  # else a child process still holds the pipe, and the thread the fd
@@ -82,24 +83,6 @@ def _forward(read_end, original):
                 continuation = (continuation and line[:1] in (b"\t", b" ")) or decoder_message(line)
                 if not continuation:
                     kept.append(line + b"\n")
-            _write_all(original, b"".join(kept))
+            write_all(original, b"".join(kept))
     if pending and not decoder_message(pending):
-        _write_all(original, pending)
-
-
-def _flush_stderr():
-    if sys.stderr is not None:
-        with contextlib.suppress(OSError, ValueError):
-            sys.stderr.flush()
-
-
-def _write_all(fd, data):
-    """Writes `data` to `fd`; where standard error is gone, drops it (the pipe must keep draining)."""
-    view = memoryview(data)
-    while view:
-        try:
-            view = view[os.write(fd, view):]
-        except InterruptedError:
-            continue
-        except OSError:
-            return
+        write_all(original, pending)

@@ -62,25 +62,31 @@ def quiet_tensorflow_startup():
         except OSError:  # no standard error to tidy (a daemon, a closed descriptor)
             yield
             return
-        _flush_stderr()
+        flush_stderr()
         os.dup2(caught.fileno(), 2)
         try:
             yield
         finally:
-            _flush_stderr()
+            flush_stderr()
             os.dup2(original, 2)
             os.close(original)
             caught.seek(0)
-            _write_all(2, drop_startup_info(caught.read()))
+            write_all(2, drop_startup_info(caught.read()))
 
 
-def _flush_stderr():
+def flush_stderr():
     if sys.stderr is not None:
         with contextlib.suppress(OSError, ValueError):
             sys.stderr.flush()
 
 
-def _write_all(fd, data):
+def write_all(fd, data):
+    """Writes `data` to `fd`; where standard error is gone, drops it (a pipe must keep draining)."""
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view) :]
+        try:
+            view = view[os.write(fd, view):]
+        except InterruptedError:
+            continue
+        except OSError:
+            return
