@@ -13,7 +13,6 @@ the console script, `python -m keras_cait.cli train | finetune | evaluate` runs 
 import argparse
 import contextlib
 import dataclasses
-import functools
 import inspect
 import json
 import os
@@ -314,20 +313,10 @@ def _reading_images(args):
         yield
 
 
-def _as_flags(command_run):
-    """`command_run` with the library's errors as the contract's one line, in flags: the
-    one place where `data='photos'` becomes `--data photos`."""
-
-    @functools.wraps(command_run)
-    def mapped(args):
-        with _flags():
-            return command_run(args)
-
-    return mapped
-
-
 @contextlib.contextmanager
-def _flags():
+def _as_flags():
+    """The library's errors as the contract's one line, in flags: the one place where
+    `data='photos'` becomes `--data photos` (a decorator of the `*_run` functions)."""
     try:
         yield
     except recipes.KnobError as error:
@@ -359,21 +348,21 @@ def parse_arguments(command, argv):
     return args
 
 
-@_as_flags
+@_as_flags()
 def train_run(args):
     """`keras-cait train`: `keras_cait.training.run.train` with the flags' values; returns the model."""
     with _reading_images(args):
         return run.train(**_arguments(run.train, args, recipe=recipe_of(args))).model
 
 
-@_as_flags
+@_as_flags()
 def finetune_run(args):
     """`keras-cait finetune`: `keras_cait.training.run.finetune` with the flags' values; returns the model."""
     with _reading_images(args):
         return run.finetune(**_arguments(run.finetune, args, recipe=recipe_of(args))).model
 
 
-@_as_flags
+@_as_flags()
 def evaluate_run(args):
     """`keras-cait evaluate`: prints and returns {"top1": ..., "top5": ..., "images": ...}."""
     with _reading_images(args):
