@@ -10,7 +10,9 @@ written once into `--workdir`. The SavedModel (`export_saved_model`, with
 `--compute-dtype` and `--jit`) is exported in a child process and profiled in a process
 that never imports keras_cait, as TF Serving runs it: `--calls` calls traced by
 `tf.profiler`, each TensorFlow op's time summed by op type (the kernels that ran:
-`_MklNativeFusedMatMul` is a MatMul + BiasAdd (+ GELU) that oneDNN fused). With
+`_FusedMatMul` is a MatMul + BiasAdd (+ GELU) that Grappler fused, `_MklNativeFusedMatMul`
+the same run by oneDNN, which TensorFlow turns on only where the CPU has AVX-512 VNNI or
+newer). With
 `--openvino f32|bf16` it runs our IR (`export_openvino`) and timm's own ONNX export
 under OpenVINO's performance counters at `--batch` (`graph_counts.openvino_counts`)
 and prints each layer type's share of the time. Times under a profiler are longer

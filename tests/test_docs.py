@@ -21,8 +21,6 @@ RUN_BY = {
     ("README.md", "## Export and serve", 0):
         README_TESTS + "test_export_and_serve_snippet_answers_the_readme_request",
     ("docs/training.md", "## Recipes", 0): README_TESTS + "test_recipes_and_lora_blocks_of_the_training_guide",
-    ("docs/training.md", "## Fine-tuning in your own code", 0):
-        README_TESTS + "test_fine_tuning_snippet_runs_as_written_on_a_folder_of_images",
     ("docs/training.md", "## A whole run in Python", 0):
         README_TESTS + "test_the_python_run_snippet_runs_as_written_and_resumes_as_the_command_would",
     ("docs/training.md", "## Saving and loading", 0):

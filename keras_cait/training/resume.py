@@ -1,5 +1,6 @@
 """Resumable training: a step-exact backup callback and the `fit` that resumes from it."""
 
+import contextlib
 import json
 import os
 import re
@@ -243,8 +244,7 @@ class ResumableBackup(keras.callbacks.Callback):
         if not folders and problem is None:
             self.step = 0
             return 0
-        if model.optimizer is not None and not model.optimizer.built:
-            model.optimizer.build(model.trainable_variables)
+        build_optimizer(model)
         unusable = [problem] if problem else []
         for folder in folders:
             try:
@@ -327,6 +327,21 @@ class _FinishEpochOnly(keras.callbacks.Callback):
             variable.assign(value)
 
 
+def build_optimizer(model):
+    """Creates the optimizer's variables (moments, moving averages) before the first step.
+
+    Keras builds them in the first training step when no distribution strategy is set;
+    TensorFlow traces a function that creates variables twice, and on the CPU each trace
+    of CaiT's step is most of the time to the first step.
+    """
+    if model.optimizer is None or model.optimizer.built:
+        return
+    strategy = getattr(model, "distribute_strategy", None)  # TensorFlow's Trainer only
+    scope = strategy.scope() if strategy is not None else contextlib.nullcontext()
+    with scope:
+        model.optimizer.build(model.trainable_variables)
+
+
 def fit(
     model,
     stream_from,
@@ -362,6 +377,7 @@ def fit(
     the remaining steps of epoch e, then one over epochs e+1 ... `epochs`.
     """
     callbacks = list(callbacks) + ([backup] if backup is not None else [])
+    build_optimizer(model)
     start = 0
     if backup is not None:
         backup.plan = {"epochs": epochs, "steps per epoch": steps_per_epoch, **(plan or {})}

@@ -52,3 +52,42 @@ def test_it_round_trips_its_config():
     layer = rand_augment(9, num_ops=3, seed=1)
     again = keras.layers.deserialize(keras.layers.serialize(layer))
     assert type(again) is RandAugment and again.get_config() == layer.get_config()
+
+
+TRACE = """
+import json, sys
+import numpy as np, tensorflow as tf
+from keras_cait.training import rand_augment
+
+images = np.asarray(json.load(sys.stdin), "float32")
+layer = rand_augment(9, seed=0)
+definition = tf.function(layer).get_concrete_function(tf.TensorSpec(images.shape[1:])).graph.as_graph_def()
+ops = [node.op for node in definition.node]
+ops += [node.op for function in definition.library.function for node in function.node_def]
+equalised = [image.numpy().tolist() for image in
+             tf.data.Dataset.from_tensor_slices(images).map(lambda image: layer.equalization(image))]
+print(json.dumps({"ops": len(ops), "bincount": "Bincount" in ops or "DenseBincount" in ops,
+                  "equalised": equalised}))
+"""
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+def test_in_tf_data_its_equalisation_is_tensorflows_bincount_under_any_backend(backend):
+    """Under KERAS_BACKEND=jax, Keras' Equalization put JAX's 256-step histogram loop into tf.data
+    (16 times the ops); ours counts with bincount there too, and equalises the same."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    images = photos(3)
+    environment = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    done = subprocess.run([sys.executable, "-c", TRACE], input=json.dumps(images.tolist()), env=environment,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    traced = json.loads(done.stdout.strip().splitlines()[-1])
+    assert traced["bincount"]
+    assert traced["ops"] < 2000  # Keras' loop: 256 (Equal, Cast, Sum, ...) per channel and drawn op
+    equalization = keras.layers.Equalization(value_range=(0, 255))  # this process: TensorFlow's
+    want = [keras.ops.convert_to_numpy(equalization(image)) for image in images]
+    np.testing.assert_array_equal(np.asarray(traced["equalised"], "float32"), want)
