@@ -10,6 +10,21 @@ from keras_cait.layers.initializers import linear_kernel
 FUSED_ATTENTION_VARIABLE = "KERAS_CAIT_FUSED_ATTENTION"
 
 
+class _PreSoftmaxHeadMix(keras.layers.Dense):
+    """The pre-softmax head mix: a Dense whose bias stays non-trainable, also when the layers
+    around it are frozen and unfrozen (`layer.trainable = True` would make it trainable again)."""
+
+    def build(self, input_shape):
+        super().build(input_shape)
+        self.bias.trainable = False
+
+    @keras.layers.Dense.trainable.setter
+    def trainable(self, value):
+        keras.layers.Dense.trainable.fset(self, value)
+        if self.built:
+            self.bias.trainable = False
+
+
 @keras.saving.register_keras_serializable(package="keras_cait")
 class TalkingHeadsAttention(keras.layers.Layer):
     """Self-attention whose heads exchange information before and after softmax.
@@ -31,9 +46,12 @@ class TalkingHeadsAttention(keras.layers.Layer):
     two backward), which keep no (batch, heads, tokens, tokens) tensor in memory
     between the passes; everywhere else,
     and when the scores are returned or a mix is quantized, the layer runs the
-    keras.ops below. Both give the same numbers within rounding. The kernel
-    drops the pre-softmax bias `b_l`, which the softmax cancels (its gradient
-    is zero either way); the weight stays. The layer has no attention dropout;
+    keras.ops below. Both give the same numbers within rounding. Neither adds
+    the pre-softmax bias `b_l`: it is the same for every key of a row, which
+    the softmax cancels, so it changes no output and its gradient is exactly
+    zero. The weight stays (checkpoints hold it) as a non-trainable one, so no
+    optimizer spends a step on it (AdamW excludes biases from weight decay, so
+    it never moved in training either). The layer has no attention dropout;
     CaiT's stochastic depth acts on the block around it.
 
     Args:
@@ -79,7 +97,7 @@ class TalkingHeadsAttention(keras.layers.Layer):
             name="qkv",
             dtype=self.dtype_policy,
         )
-        self.pre_softmax_head_mix = keras.layers.Dense(
+        self.pre_softmax_head_mix = _PreSoftmaxHeadMix(
             heads,
             kernel_initializer=linear_kernel(),
             name="pre_softmax_head_mix",
@@ -102,7 +120,7 @@ class TalkingHeadsAttention(keras.layers.Layer):
         self.post_softmax_head_mix.build((None, heads))
         self.output_projection.build(input_shape)
 
-    def _mix_heads(self, scores, dense):
+    def _mix_heads(self, scores, dense, bias=True):
         if dense.quantization_mode is not None:
             # A quantized kernel (model.quantize) holds integers and its scale: only the
             # layer's own call computes with it, over the heads as the last axis.
@@ -112,7 +130,9 @@ class TalkingHeadsAttention(keras.layers.Layer):
         batch, heads, queries, keys = ops.shape(scores)
         flat = ops.reshape(scores, (batch, heads, queries * keys))
         kernel = ops.cast(ops.transpose(dense.kernel), scores.dtype)
-        mixed = ops.matmul(kernel, flat) + ops.cast(dense.bias, scores.dtype)[:, None]
+        mixed = ops.matmul(kernel, flat)
+        if bias:
+            mixed = mixed + ops.cast(dense.bias, scores.dtype)[:, None]
         return ops.reshape(mixed, (batch, heads, queries, keys))
 
     def _runs_fused_kernel(self, return_attention_scores):
@@ -157,7 +177,7 @@ class TalkingHeadsAttention(keras.layers.Layer):
         query = query * ops.cast(head_dim**-0.5, query.dtype)
 
         logits = ops.matmul(query, ops.transpose(key, (0, 1, 3, 2)))
-        logits = self._mix_heads(logits, self.pre_softmax_head_mix)
+        logits = self._mix_heads(logits, self.pre_softmax_head_mix, bias=False)  # cancelled by softmax
         weights = ops.softmax(ops.cast(logits, "float32"), axis=-1)
         weights = self._mix_heads(
             ops.cast(weights, self.compute_dtype), self.post_softmax_head_mix

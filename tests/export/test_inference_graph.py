@@ -128,7 +128,7 @@ def test_the_graph_holds_no_layer_scale_normalisation_or_dropout(reference):
     # 2 + 2 blocks: LayerScale gammas gone, mean/variance of the normalisation gone, and the
     # pre-softmax head mix's bias of the 2 self-attention blocks (the softmax cancels it).
     assert sum(int(np.prod(variable.shape)) for variable in graph.variables) == sum(
-        int(np.prod(weight.shape)) for weight in model.trainable_weights
+        int(np.prod(weight.shape)) for weight in model.weights
     ) - 4 * 2 * TINY_CAIT["embed_dim"] - TINY_CAIT["embed_dim"] - 2 * TINY_CAIT["num_heads"]
 
 
@@ -175,12 +175,12 @@ def test_every_file_export_holds_the_folded_weights(reference, export, exported)
     model, _, _ = reference
     # Scalars are the formulas' own numbers (0.5, √2, ε); LiteRT's convolution gets an all-zero bias.
     constants = [c for c in FLOAT_CONSTANTS[export](exported(export)) if c.size > 1 and np.any(c)]
-    folded = [weight for weight in model.trainable_weights
+    folded = [weight for weight in model.weights
               if "layer_scale" in weight.path or weight.path == "patch_embedding/projection/bias"]
     assert len(folded) == 2 * 4 + 1  # two LayerScales in each of the 2 + 2 blocks
-    cancelled = [weight for weight in model.trainable_weights if "pre_softmax_head_mix/bias" in weight.path]
+    cancelled = [weight for weight in model.weights if "pre_softmax_head_mix/bias" in weight.path]
     assert len(cancelled) == 2  # the softmax cancels it: one in each self-attention block
-    kept = sum(int(np.prod(weight.shape)) for weight in model.trainable_weights
+    kept = sum(int(np.prod(weight.shape)) for weight in model.weights
                if not any(weight is f for f in folded + cancelled))
     stored = sum(constant.size for constant in constants)
     assert stored == kept, f"{export}: {stored} float weights in the file, {kept} in the folded model"

@@ -352,11 +352,11 @@ def test_every_weight_is_saved_once_with_the_layer_scales_and_patch_bias_folded(
     # The inference graph (keras_cait.export.inference_graph) multiplies each LayerScale into the
     # projection before it and adds the patch bias to the position embedding; the softmax cancels
     # the pre-softmax head mix's bias, so it is left out.
-    folded = [weight for weight in model.trainable_weights
+    folded = [weight for weight in model.weights
               if "layer_scale" in weight.path or weight.path == "patch_embedding/projection/bias"
               or "pre_softmax_head_mix/bias" in weight.path]
     assert len(folded) == 2 * 4 + 1 + 2  # two LayerScales in each of the 2 + 2 blocks, 2 mix biases
-    kept = [weight for weight in model.trainable_weights if not any(weight is f for f in folded)]
+    kept = [weight for weight in model.weights if not any(weight is f for f in folded)]
     assert saved == sum(int(np.prod(weight.shape)) for weight in kept)
 
 

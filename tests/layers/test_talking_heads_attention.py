@@ -82,3 +82,59 @@ def test_the_fused_kernel_is_for_the_jax_backend_only():
     layer, _ = _layer()
     layer.fused_attention = True
     assert keras.backend.backend() != "jax" and not layer._runs_fused_kernel(False)
+
+
+def test_against_timm_the_pre_softmax_bias_has_no_gradient_and_is_never_trained():
+    """timm's TalkingHeadAttn (the reference) shows the premise: its `proj_l.bias` gets a zero gradient,
+    since the softmax cancels a constant over the keys. Ours leaves that bias out of the computation
+    and out of training (also after the layer is frozen and unfrozen), and every other output and
+    gradient equals timm's."""
+    import tensorflow as tf
+    import torch
+    from timm.models.cait import TalkingHeadAttn
+
+    heads, channels, tokens = 4, 32, 7
+    generator = torch.Generator().manual_seed(0)
+    reference = TalkingHeadAttn(channels, num_heads=heads, qkv_bias=True)
+    with torch.no_grad():
+        for parameter in reference.parameters():
+            parameter.normal_(0.0, 0.5, generator=generator)
+    layer = TalkingHeadsAttention(num_heads=heads)
+    layer.build((None, tokens, channels))
+    pairs = {"qkv": reference.qkv, "pre_softmax_head_mix": reference.proj_l,
+             "post_softmax_head_mix": reference.proj_w, "output_projection": reference.proj}
+    for name, linear in pairs.items():
+        dense = getattr(layer, name)
+        dense.kernel.assign(linear.weight.detach().numpy().T)
+        dense.bias.assign(linear.bias.detach().numpy())
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(2, tokens, channels)).astype("float32")
+    upstream = rng.normal(size=x.shape).astype("float32")
+
+    y = reference(torch.from_numpy(x))
+    (y * torch.from_numpy(upstream)).sum().backward()
+    scale = max(float(p.grad.abs().max()) for p in reference.parameters())
+    assert float(reference.proj_l.bias.grad.abs().max()) <= 1e-6 * scale
+
+    layer.trainable = False
+    layer.trainable = True
+    bias = layer.pre_softmax_head_mix.bias
+    assert all(weight is not bias for weight in layer.trainable_weights)
+    assert any(weight is bias for weight in layer.non_trainable_weights)
+    with tf.GradientTape() as tape:
+        ours = layer(x)
+        loss = tf.reduce_sum(ours * upstream)
+    np.testing.assert_allclose(ours.numpy(), y.detach().numpy(), rtol=1e-4, atol=1e-4)
+    gradients = dict(zip((w.path for w in layer.trainable_weights),
+                         tape.gradient(loss, layer.trainable_weights)))
+    assert len(gradients) == 7
+    for name, linear in pairs.items():
+        np.testing.assert_allclose(gradients[f"{layer.name}/{name}/kernel"].numpy(),
+                                   linear.weight.grad.numpy().T, rtol=1e-3, atol=1e-3 * scale)
+        if name != "pre_softmax_head_mix":
+            np.testing.assert_allclose(gradients[f"{layer.name}/{name}/bias"].numpy(),
+                                       linear.bias.grad.numpy(), rtol=1e-3, atol=1e-3 * scale)
+
+    # Any value of the bias (a checkpoint's) changes nothing.
+    bias.assign(rng.normal(size=heads).astype("float32") * 10)
+    np.testing.assert_array_equal(layer(x).numpy(), ours.numpy())

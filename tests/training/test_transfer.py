@@ -38,7 +38,9 @@ def test_freezing_trains_the_head_only(tiny_cait):
     set_backbone_trainable(model, False)
     assert [v.path for v in model.trainable_weights] == ["predictions/kernel", "predictions/bias"]
     set_backbone_trainable(model, True)
-    assert len(model.trainable_weights) == len(model.weights)
+    # Every weight but the pre-softmax head mixes' biases, which the softmax cancels (never trained).
+    frozen = [v.path for v in model.weights if not any(v is t for t in model.trainable_weights)]
+    assert frozen == [f"self_attention_block_{i}/attention/pre_softmax_head_mix/bias" for i in range(2)]
     with pytest.raises(ValueError, match="no 'predictions' head"):
         set_backbone_trainable(keras.Sequential([keras.Input((2,)), keras.layers.Dense(2)]), False)
 
