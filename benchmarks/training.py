@@ -35,8 +35,10 @@ step on a fixed batch (forward + backward + AdamW with DeiT's decay set, drop pa
 0.1, cross-entropy on logits), keras_cait through `train_on_batch` (the step `fit`
 runs) on TensorFlow, TensorFlow + XLA and JAX, each in float32 and
 `mixed_bfloat16`, against timm eager, torch.compile and timm under
-`torch.autocast(bfloat16)`; and two levers, `mixed_bfloat16` with a bfloat16 residual
-stream and JAX with XLA:CPU's instruction fusion off. It reports images/s, the ratio to timm eager (median
+`torch.autocast(bfloat16)`; and three levers, `mixed_bfloat16` with a bfloat16 residual
+stream, JAX with XLA:CPU's instruction fusion off, and TensorFlow (float32 and
+`mixed_bfloat16`) with the pre-softmax head mix's bias computed and trained, which the softmax
+cancels. It reports images/s, the ratio to timm eager (median
 of per-round ratios), GFLOP/s (3 × forward) against the fp32 matmul ceiling, and
 each worker's peak memory, and what each worker observed of its levers (`levers`: the dtype
 its step computed in, what XLA compiled). Training workers hold GBs of activations, so at most
@@ -335,6 +337,8 @@ CPU_PATHS = {
     "keras-jax-bf16": ("keras", "jax", True, True),
     "keras-tf-bf16-half-stream": ("keras", "tensorflow", False, True),
     "keras-jax-no-fusion": ("keras", "jax", True, False),
+    "keras-tf-cancelled-bias": ("keras", "tensorflow", False, False),
+    "keras-tf-bf16-cancelled-bias": ("keras", "tensorflow", False, True),
 }
 CPU_REFERENCE = "timm-eager"
 CPU_LABELS = {
@@ -349,6 +353,8 @@ CPU_LABELS = {
     "keras-jax-bf16": "keras_cait, JAX, `mixed_bfloat16`",
     "keras-tf-bf16-half-stream": "keras_cait, TensorFlow, `mixed_bfloat16`, bfloat16 residual stream",
     "keras-jax-no-fusion": "keras_cait, JAX, float32, XLA:CPU's instruction fusion off",
+    "keras-tf-cancelled-bias": "keras_cait, TensorFlow, float32, the pre-softmax bias added and trained",
+    "keras-tf-bf16-cancelled-bias": "keras_cait, TensorFlow, `mixed_bfloat16`, the pre-softmax bias added and trained",
 }
 CPU_PACKAGES = ("torch", "timm", "tensorflow", "keras", "jax", "jaxlib")
 GPU_PACKAGES = ("torch", "timm", "keras", "jax", "jaxlib")
@@ -389,6 +395,21 @@ def _half_residual_stream():
     model._ResidualBlock.input_dtype = property(lambda block: block.dtype_policy.compute_dtype)
 
 
+def _cancelled_bias_computed():
+    """A lever measured, not a recipe: the pre-softmax head mix's bias added to the logits and
+    trained, as before keras_cait left it out (the softmax cancels it: no output changes, its
+    gradient is zero, and the step still computes it)."""
+    import keras
+
+    from keras_cait.layers import talking_heads_attention as module
+
+    mix_heads = module.TalkingHeadsAttention._mix_heads
+    module.TalkingHeadsAttention._mix_heads = lambda layer, scores, dense, bias=True: mix_heads(
+        layer, scores, dense, True)
+    module._PreSoftmaxHeadMix.build = keras.layers.Dense.build
+    module._PreSoftmaxHeadMix.trainable = keras.layers.Dense.trainable
+
+
 def cpu_training_step(path, config, classes, architecture, image_size, batch_size):
     """(`run(_) -> loss` of one training step of `path` on a fixed random batch, `levers() -> dict`
     of what the step observably ran with, read once it has run)."""
@@ -401,6 +422,8 @@ def cpu_training_step(path, config, classes, architecture, image_size, batch_siz
 
     if path.endswith("-half-stream"):
         _half_residual_stream()
+    if path.endswith("-cancelled-bias"):
+        _cancelled_bias_computed()
     policy = "mixed_bfloat16" if bfloat16 else "float32"
     model = keras_training_model(config, classes, image_size, policy, jit_compile=compiled)
     rng = np.random.default_rng(0)
@@ -425,6 +448,8 @@ def keras_levers(model):
         "compute_dtype": keras.backend.standardize_dtype(hidden.dtype),
         "residual_stream": keras.backend.standardize_dtype(block(tokens, training=False).dtype),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "pre_softmax_bias_trained": any("pre_softmax_head_mix/bias" in weight.path
+                                        for weight in model.trainable_weights),
     }
     if keras.backend.backend() == "jax":
         levers["largest_xla_fusion"] = largest_xla_fusion()

@@ -88,7 +88,8 @@ def test_smoke_run_of_keras_jax_without_tensorflow_and_of_timm_in_turns(tmp_path
 
 # torch.compile is left out (minutes of C++ compilation on a CPU); every other path runs.
 CPU_PATHS = ["timm-bf16", "keras-tf", "keras-tf-xla", "keras-jax", "keras-tf-bf16", "keras-tf-xla-bf16",
-             "keras-jax-bf16", "keras-tf-bf16-half-stream", "keras-jax-no-fusion"]
+             "keras-jax-bf16", "keras-tf-bf16-half-stream", "keras-jax-no-fusion", "keras-tf-cancelled-bias",
+             "keras-tf-bf16-cancelled-bias"]
 
 
 @pytest.fixture(scope="module")
@@ -121,8 +122,8 @@ def test_cpu_smoke_run_times_every_training_step_in_turns(cpu_smoke_run):
     result = json.loads(output.read_text())
     rows = {row["path"]: row for row in result["rows"]}
     assert list(rows) == ["timm-eager", *CPU_PATHS]
-    # --alive 3: timm eager plus two paths per group, so five groups timed one after another.
-    assert len(rows["timm-eager"]["rounds"]) == 5 and rows["timm-eager"]["ratio_to_timm_eager"] == 1.0
+    # --alive 3: timm eager plus two paths per group, so six groups timed one after another.
+    assert len(rows["timm-eager"]["rounds"]) == 6 and rows["timm-eager"]["ratio_to_timm_eager"] == 1.0
     for path, row in rows.items():
         assert len(row["rounds"]) == 1 or path == "timm-eager"
         assert row["images_per_second"] > 0 and row["ratio_to_timm_eager"] > 0, row
@@ -153,6 +154,8 @@ def test_every_cpu_lever_took_effect_in_the_worker_that_runs_it(cpu_smoke_run):
         # mixed_bfloat16: the MLP computes in bfloat16; the residual stream is float32 but for the lever.
         assert seen["compute_dtype"] == ("bfloat16" if "-bf16" in path else "float32"), (path, seen)
         assert seen["residual_stream"] == ("bfloat16" if path.endswith("-half-stream") else "float32"), (path, seen)
+        # The softmax cancels the pre-softmax bias: trained only where the lever puts it back.
+        assert seen["pre_softmax_bias_trained"] == path.endswith("-cancelled-bias"), (path, seen)
         if path.startswith("keras-jax"):
             # XLA:CPU's fusion pass puts a chain of elementwise ops into one kernel; with the pass
             # off each op sits alone in its own (1 instruction).
