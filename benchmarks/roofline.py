@@ -2,6 +2,7 @@
 
     python -m benchmarks.roofline --output roofline_s24.json     # CaiT-S24, batch 128
     python -m benchmarks.roofline --smoke
+    python -m benchmarks.roofline --cpu --batch 16 --precision float32   # this CPU's peaks
 
 Compiles, without running it, the step that benchmarks/training.py times: forward + backward
 + DeiT's AdamW of a CaiT at 224 under `mixed_bfloat16`, drop path 0.1, cross-entropy on
@@ -21,7 +22,11 @@ that takes their output):
 - optimizer; other (the loss, the embeddings, copies that carry no layer's name).
 
 For each class, the time an H100 SXM needs at its peaks: FLOPs / 989.4 TFLOP/s (dense bf16)
-and bytes / 3.35 TB/s (HBM3), and the larger of the two. The sums are checked against XLA's own
+and bytes / 3.35 TB/s (HBM3), and the larger of the two. Other peaks: `--peak-tflops` and
+`--peak-gbps`, or `--cpu`, which measures this CPU's: the fp32 matmul ceiling of the training
+benchmark (benchmarks/harness.py, the faster of oneDNN and MKL, best of 5) and the bandwidth
+of a 512 MB array copy (bytes read + written, best of 5). `--precision` (default
+`mixed_bfloat16`) is the step's Keras policy: float32 on a CPU without bfloat16 units. The sums are checked against XLA's own
 cost analysis of the whole program (`compiled.cost_analysis()`). The fusions, and so the bytes,
 are those of the device that compiled: on a CPU, XLA:CPU's, which fuses less than XLA:GPU; the
 FLOPs do not depend on it.
@@ -149,8 +154,8 @@ def flops_and_names(computations, name):
     return flops, matmul_names, names
 
 
-def roofline(hlo_text):
-    """Per class: FLOPs, bytes, instructions, the H100's time at peak and the heaviest op_names."""
+def roofline(hlo_text, peak_flops=PEAK_FLOPS, peak_bytes=PEAK_BYTES):
+    """Per class: FLOPs, bytes, instructions, the time at the peaks (FLOP/s, bytes/s) and the heaviest op_names."""
     computations, entry = parse_module(hlo_text)
     shapes = {instruction[0]: instruction[1] for instruction in computations[entry]}
     records, labels, consumers = [], {}, collections.defaultdict(list)
@@ -192,15 +197,15 @@ def roofline(hlo_text):
         heaviest[op_class(label)][re.sub(r"^jit\([^)]*\)/", "", label) or opcode] += size
     table = {}
     for name, row in rows.items():
-        compute, memory = row["flops"] / PEAK_FLOPS, row["bytes"] / PEAK_BYTES
+        compute, memory = row["flops"] / peak_flops, row["bytes"] / peak_bytes
         table[name] = dict(flops=row["flops"], bytes=row["bytes"], instructions=row["instructions"],
-                           compute_ms=compute * 1e3, memory_ms=memory * 1e3, h100_ms=max(compute, memory) * 1e3,
+                           compute_ms=compute * 1e3, memory_ms=memory * 1e3, bound_ms=max(compute, memory) * 1e3,
                            heaviest_bytes=dict(heaviest[name].most_common(4)))
     return table
 
 
-def training_step(config, batch, image_size, classes):
-    """The compiled step (forward + backward + AdamW) of a CaiT in mixed_bfloat16, and its arguments' shapes."""
+def training_step(config, batch, image_size, classes, precision="mixed_bfloat16"):
+    """The compiled step (forward + backward + AdamW) of a CaiT under the `precision` policy."""
     import jax
     import jax.numpy as jnp
     import keras
@@ -209,7 +214,7 @@ def training_step(config, batch, image_size, classes):
     from keras_cait.model import build_cait
     from keras_cait.training import adamw
 
-    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    keras.mixed_precision.set_global_policy(precision)
     model = build_cait(**config, input_shape=(image_size, image_size, 3), classes=classes,
                        classifier_activation=None, drop_path_rate=DROP_PATH_RATE)
     optimizer = adamw(model, LEARNING_RATE)
@@ -235,13 +240,43 @@ def training_step(config, batch, image_size, classes):
     return jax.jit(step, donate_argnums=(0, 1, 2)).lower(*arguments).compile()
 
 
+def cpu_peaks(repeats=5):
+    """(FLOP/s, bytes/s) of this CPU: the training benchmark's fp32 matmul ceiling, and a copy's bandwidth."""
+    import time
+
+    import numpy as np
+
+    from benchmarks.harness import matmul_ceiling
+
+    ceiling = matmul_ceiling()
+    flops = max(ceiling(None) for _ in range(repeats)) * 1e9
+    source = np.ones(128 * 2**20, np.float32)  # 512 MB: no cache holds it
+    target = np.empty_like(source)
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        np.copyto(target, source)
+        best = min(best, time.perf_counter() - start)
+    return flops, 2 * source.nbytes / best
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variant", default="S24", choices=["S24", "XXS24"])
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--smoke", action="store_true", help="a 1-block CaiT at 32x32, batch 2")
+    parser.add_argument("--precision", default="mixed_bfloat16", choices=["mixed_bfloat16", "float32"],
+                        help="the step's Keras dtype policy")
+    parser.add_argument("--peak-tflops", type=float, default=PEAK_FLOPS / 1e12,
+                        help="peak TFLOP/s of the precision's matmuls (default: an H100 SXM's dense bf16)")
+    parser.add_argument("--peak-gbps", type=float, default=PEAK_BYTES / 1e9,
+                        help="peak memory bandwidth in GB/s (default: an H100 SXM's HBM3)")
+    parser.add_argument("--cpu", action="store_true",
+                        help="compile for the CPU and measure its peaks (overrides --peak-tflops/--peak-gbps)")
     parser.add_argument("--output", help="also write the JSON here")
     args = parser.parse_args(argv)
+    if args.cpu:
+        os.environ["JAX_PLATFORMS"] = "cpu"
     os.environ.setdefault("KERAS_BACKEND", "jax")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import jax
@@ -253,14 +288,18 @@ def main(argv=None):
     else:
         config = {k: v for k, v in VARIANTS[args.variant].items() if k != "timm"}
         batch, image_size, classes = args.batch, 224, 1000
-    compiled = training_step(config, batch, image_size, classes)
-    table = roofline(compiled.as_text())
+    peaks = cpu_peaks() if args.cpu else (args.peak_tflops * 1e12, args.peak_gbps * 1e9)
+    compiled = training_step(config, batch, image_size, classes, args.precision)
+    hlo = compiled.as_text()
+    table = roofline(hlo, *peaks)
     analysis = compiled.cost_analysis()
     analysis = analysis[0] if isinstance(analysis, list) else analysis
     result = {
         "model": "smoke" if args.smoke else args.variant, "batch": batch, "image_size": image_size,
-        "device": jax.devices()[0].device_kind, "jax": jax.__version__, "classes": table,
-        "total": {key: sum(row[key] for row in table.values()) for key in ("flops", "bytes", "h100_ms")},
+        "precision": args.precision, "array_dtypes": sorted({dtype for dtype, _ in ARRAY.findall(hlo)}),
+        "device": jax.devices()[0].device_kind, "jax": jax.__version__,
+        "peaks": {"tflops": peaks[0] / 1e12, "gbps": peaks[1] / 1e9, "measured": args.cpu}, "classes": table,
+        "total": {key: sum(row[key] for row in table.values()) for key in ("flops", "bytes", "bound_ms")},
         "xla_cost_analysis": {"flops": analysis.get("flops"), "bytes": analysis.get("bytes accessed")},
     }
     text = json.dumps(result, indent=1)

@@ -44,4 +44,27 @@ def test_smoke_run_adds_up_to_xla_s_own_cost_analysis(tmp_path):
     for key in ("flops", "bytes"):
         assert result["total"][key] == pytest.approx(result["xla_cost_analysis"][key], rel=0.02)
     for row in result["classes"].values():
-        assert row["h100_ms"] == pytest.approx(max(row["flops"] / 989.4e9, row["bytes"] / 3.35e9))
+        assert row["bound_ms"] == pytest.approx(max(row["flops"] / 989.4e9, row["bytes"] / 3.35e9))
+    assert result["precision"] == "mixed_bfloat16" and result["peaks"]["measured"] is False
+    assert "bf16" in result["array_dtypes"]
+
+
+@pytest.mark.large
+def test_a_cpu_roofline_in_float32_divides_by_the_peaks_it_measured(tmp_path):
+    output = tmp_path / "roofline.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.roofline", "--smoke", "--cpu", "--precision", "float32",
+         "--output", str(output)],
+        env={**os.environ, "PYTHONPATH": REPOSITORY, "KERAS_BACKEND": "jax"},
+        capture_output=True, text=True, timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(output.read_text())
+    peaks = result["peaks"]
+    assert peaks["measured"] is True and 1 < peaks["tflops"] * 1e3 < 1e5 and 0.5 < peaks["gbps"] < 2000
+    assert result["precision"] == "float32" and result["device"] == "cpu"
+    for row in result["classes"].values():
+        assert row["bound_ms"] == pytest.approx(
+            max(row["flops"] / peaks["tflops"] / 1e9, row["bytes"] / peaks["gbps"] / 1e6))
+    # float32 throughout: no bfloat16 array anywhere in the step's program, which the default has.
+    assert "f32" in result["array_dtypes"] and "bf16" not in result["array_dtypes"]
