@@ -55,11 +55,16 @@ def test_fine_tuning_snippet_runs_as_written_on_a_folder_of_images(tmp_path):
     code = substitute(code, r'weights="imagenet"', "weights=None")   # offline: random weights
     code = substitute(code, r'"flowers/"', repr(str(folder)))
     code = substitute(code, r'RECIPES\["transfer"\]', 'RECIPES["transfer"].replace(head_epochs=1, epochs=1)')
+    code += "print('stages', model.get_layer('self_attention_block_0').dtype_policy.name)\n"
     code += "print('stages', model.optimizer.iterations.numpy(), recipe.batch_size)\n"
     done = run(code, cwd=tmp_path)
     assert (tmp_path / "flowers.keras").stat().st_size > 0
     # The second stage's optimizer ran one epoch of the recipe's batches: 8 training images of 10.
     assert done.stdout.split()[-2:] == ["1", "64"], done.stdout[-500:]
+    # The blocks computed in the precision the command line picks on this machine.
+    from keras_cait.training.run import default_precision
+
+    assert f"stages {default_precision()[0]}\n" in done.stdout, done.stdout[-500:]
 
     # Saving and loading, as the README says: import keras_cait, then keras.models.load_model.
     load = readme_python_block("## Saving and loading", "docs/training.md")
