@@ -296,7 +296,8 @@ def main(argv=None):
     analysis = analysis[0] if isinstance(analysis, list) else analysis
     result = {
         "model": "smoke" if args.smoke else args.variant, "batch": batch, "image_size": image_size,
-        "precision": args.precision, "array_dtypes": sorted({dtype for dtype, _ in ARRAY.findall(hlo)}),
+        "precision": args.precision,
+        "array_dtypes": sorted({dtype for dtype, _ in ARRAY.findall(hlo) if dtype in ITEM_BYTES}),
         "device": jax.devices()[0].device_kind, "jax": jax.__version__,
         "peaks": {"tflops": peaks[0] / 1e12, "gbps": peaks[1] / 1e9, "measured": args.cpu}, "classes": table,
         "total": {key: sum(row[key] for row in table.values()) for key in ("flops", "bytes", "bound_ms")},

@@ -1,11 +1,8 @@
 """keras_cait.startup_interrupt: which process is the `keras-cait` command, and the line a Ctrl-C
 while it starts ends it with (tests/cli/test_error_contract.py interrupts the real command)."""
 
-import signal
-
 import pytest
 
-import keras_cait  # noqa: F401  imported as any library user imports it
 from keras_cait.startup_interrupt import INTERRUPTED, interrupted_line, is_the_command
 
 
@@ -29,5 +26,25 @@ def test_the_line_names_the_command_given():
     assert interrupted_line(["--help"]) == f"keras-cait: {INTERRUPTED}"
 
 
+IMPORTER = """
+import signal
+def own(signum, frame):
+    pass
+for handler in (signal.default_int_handler, own):
+    signal.signal(signal.SIGINT, handler)
+    import keras_cait, keras_cait.cli  # noqa: F401  (cached after the first pass)
+    print(signal.getsignal(signal.SIGINT) is handler)
+"""
+
+
 def test_importing_keras_cait_elsewhere_leaves_ctrl_c_alone():
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    """In a program that imports keras_cait (the handler set before the import, whatever the
+    test runner inherited: a background job starts with Ctrl-C ignored), Ctrl-C stays its own."""
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", IMPORTER], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "True"]
