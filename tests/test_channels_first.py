@@ -40,6 +40,7 @@ def test_a_channels_last_shape_under_channels_first_is_refused_with_both_fixes(c
         tiny_cait(input_shape=(224, 224, 3))
 
 
+@pytest.mark.large
 def test_saved_weights_are_the_same_in_either_format(channels_first, tiny_cait, tmp_path):
     nchw = tiny_cait(input_shape=(3, 32, 32))
     nchw.save_weights(str(tmp_path / "nchw.weights.h5"))

@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from keras_cait.decoder_messages import decoder_message, decoder_messages_dropped
 
 LIBJPEG = [b"Input file read error", b"Improper call to JPEG library in state 203",
@@ -36,6 +38,7 @@ print("after", file=sys.stderr)
 """
 
 
+@pytest.mark.large
 def test_only_the_decoders_lines_are_dropped_the_others_pass_in_order():
     code = CHILD.replace("LIBJPEG", repr(b"\n".join(LIBJPEG))).replace("RECORD", repr(RECORDS[1]))
     module = os.path.join(os.path.dirname(__file__), os.pardir, "keras_cait", "decoder_messages.py")

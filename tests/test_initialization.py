@@ -22,6 +22,8 @@ import timm
 import torch
 from scipy import stats
 
+pytestmark = pytest.mark.large  # timm's and keras_cait's full-size S24, built once (18 s)
+
 BLOCK = r"(blocks|blocks_token_only)"
 KINDS = [
     "patch_embed.proj.weight", "patch_embed.proj.bias", "pos_embed", "cls_token",

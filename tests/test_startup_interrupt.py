@@ -37,6 +37,7 @@ for handler in (signal.default_int_handler, own):
 """
 
 
+@pytest.mark.large
 def test_importing_keras_cait_elsewhere_leaves_ctrl_c_alone():
     """In a program that imports keras_cait (the handler set before the import, whatever the
     test runner inherited: a background job starts with Ctrl-C ignored), Ctrl-C stays its own."""

@@ -157,6 +157,7 @@ def test_fit_on_a_folder_learns(fitted):
     assert losses[-1] < 0.7 * losses[0], f"the loss did not fall: {losses}"
 
 
+@pytest.mark.large
 def test_save_to_preset_loads_back_through_keras_hub_with_bit_identical_predictions(fitted, tmp_path):
     classifier, _ = fitted
     images = photos([(48, 64), (48, 64)])

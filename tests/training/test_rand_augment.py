@@ -71,6 +71,7 @@ print(json.dumps({"ops": len(ops), "bincount": "Bincount" in ops or "DenseBincou
 """
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("backend", ["tensorflow", "jax"])
 def test_in_tf_data_its_equalisation_is_tensorflows_bincount_under_any_backend(backend):
     """Under KERAS_BACKEND=jax, Keras' Equalization put JAX's 256-step histogram loop into tf.data

@@ -342,6 +342,7 @@ def test_a_finetune_rerun_with_other_data_classes_or_head_epochs_is_refused(tiny
     assert (run / "final.keras").read_bytes() == final
 
 
+@pytest.mark.large
 def test_fit_traces_the_training_step_once(tiny_cait):
     """The optimizer's variables exist before the first step: TensorFlow traces a step that creates
     variables twice, and the trace is most of a CPU run's time to its first step."""
