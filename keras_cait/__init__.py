@@ -19,6 +19,11 @@ from keras_cait.startup_log import quiet_tensorflow_startup  # noqa: E402
 with quiet_tensorflow_startup():
     import keras  # noqa: F401  loads the backend (TensorFlow by default) without its start-up INFO lines
 
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow
+
+        tensorflow.config.list_physical_devices()  # the device scan, whose "no GPU" record is left out
+
 from keras_cait import layers
 from keras_cait.attention import AttentionMaps, attention_maps
 from keras_cait.features import feature_extractor, forward_intermediates

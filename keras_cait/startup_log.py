@@ -1,14 +1,16 @@
 """TensorFlow's start-up INFO lines, kept out of `import keras_cait`.
 
 When TensorFlow 2.21 loads it logs, at INFO level, that oneDNN is on, that no
-CUDA driver was found and which CPU instructions it could use, each preceded by
+CUDA driver was found and which CPU instructions it could use (and, where NVIDIA's
+driver library is installed without a usable GPU, an error record "failed call to
+cuInit" when it first scans its devices), each preceded by
 Abseil's notice "All log messages before absl::InitializeLog() is called are
 written to STDERR". Abseil prints these before its log level is set up, so
 `TF_CPP_MIN_LOG_LEVEL` cannot hide them (abseil/abseil-cpp#1718, #1957), and
 they would open every `keras-cait` command, `--help` included.
 
-`import keras_cait` imports Keras (and with it TensorFlow) inside
-`quiet_tensorflow_startup()`: standard error is caught in a temporary file
+`import keras_cait` imports Keras (and with it TensorFlow) and scans TensorFlow's
+devices inside `quiet_tensorflow_startup()`: standard error is caught in a temporary file
 while the import runs and written back afterwards, in order, without those
 INFO lines. Everything else (warnings, errors, Python's own messages) is kept.
 `TF_CPP_MIN_LOG_LEVEL=0` keeps the INFO lines too, and nothing is caught when
@@ -27,14 +29,19 @@ _INFO_RECORD = re.compile(rb"I\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [^\s:\]]+:\d+\] ")
 _ABSL_NOTICE = b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
 # The second line of cpu_feature_guard.cc's record, which Abseil writes unprefixed.
 _INFO_CONTINUATION = b"To enable the following instructions:"
+# The device scan's error record on a machine with NVIDIA's driver library but no usable GPU
+# ("failed call to cuInit: ... UNKNOWN ERROR (303)"): TensorFlow then runs on the CPU, as it
+# does where the library is absent and it says so at INFO level.
+_NO_GPU_RECORD = re.compile(rb"E\d{4} \d\d:\d\d:\d+\.\d+ +\d+ cuda_[a-z_]+\.cc:\d+\] failed call to cuInit")
 
 
 def drop_startup_info(captured):
-    """`captured` (bytes written to standard error) without Abseil's INFO records and notice."""
+    """`captured` (bytes written to standard error) without Abseil's INFO records and notice, and
+    without the device scan's record of a driver library with no GPU behind it."""
     kept = []
     after_info = False
     for line in captured.splitlines(keepends=True):
-        info = _INFO_RECORD.match(line) is not None
+        info = _INFO_RECORD.match(line) is not None or _NO_GPU_RECORD.match(line) is not None
         if info or line.rstrip(b"\r\n") == _ABSL_NOTICE:
             after_info = info
             continue
