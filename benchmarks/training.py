@@ -399,15 +399,12 @@ def _cancelled_bias_computed():
     """A lever measured, not a recipe: the pre-softmax head mix's bias added to the logits and
     trained, as before keras_cait left it out (the softmax cancels it: no output changes, its
     gradient is zero, and the step still computes it)."""
-    import keras
-
     from keras_cait.layers import talking_heads_attention as module
 
     mix_heads = module.TalkingHeadsAttention._mix_heads
     module.TalkingHeadsAttention._mix_heads = lambda layer, scores, dense, bias=True: mix_heads(
         layer, scores, dense, True)
-    module._PreSoftmaxHeadMix.build = keras.layers.Dense.build
-    module._PreSoftmaxHeadMix.trainable = keras.layers.Dense.trainable
+    module.TalkingHeadsAttention._freeze_cancelled_bias = lambda layer: None
 
 
 def cpu_training_step(path, config, classes, architecture, image_size, batch_size):

@@ -10,21 +10,6 @@ from keras_cait.layers.initializers import linear_kernel
 FUSED_ATTENTION_VARIABLE = "KERAS_CAIT_FUSED_ATTENTION"
 
 
-class _PreSoftmaxHeadMix(keras.layers.Dense):
-    """The pre-softmax head mix: a Dense whose bias stays non-trainable, also when the layers
-    around it are frozen and unfrozen (`layer.trainable = True` would make it trainable again)."""
-
-    def build(self, input_shape):
-        super().build(input_shape)
-        self.bias.trainable = False
-
-    @keras.layers.Dense.trainable.setter
-    def trainable(self, value):
-        keras.layers.Dense.trainable.fset(self, value)
-        if self.built:
-            self.bias.trainable = False
-
-
 @keras.saving.register_keras_serializable(package="keras_cait")
 class TalkingHeadsAttention(keras.layers.Layer):
     """Self-attention whose heads exchange information before and after softmax.
@@ -97,7 +82,7 @@ class TalkingHeadsAttention(keras.layers.Layer):
             name="qkv",
             dtype=self.dtype_policy,
         )
-        self.pre_softmax_head_mix = _PreSoftmaxHeadMix(
+        self.pre_softmax_head_mix = keras.layers.Dense(
             heads,
             kernel_initializer=linear_kernel(),
             name="pre_softmax_head_mix",
@@ -119,6 +104,19 @@ class TalkingHeadsAttention(keras.layers.Layer):
         self.pre_softmax_head_mix.build((None, heads))
         self.post_softmax_head_mix.build((None, heads))
         self.output_projection.build(input_shape)
+        self._freeze_cancelled_bias()
+
+    def _freeze_cancelled_bias(self):
+        """The pre-softmax mix's bias is never trained (the softmax cancels it), also after the
+        layers around it are frozen and unfrozen: `layer.trainable = True` unfreezes every weight."""
+        mix = getattr(self, "pre_softmax_head_mix", None)
+        if mix is not None and mix.built:
+            mix.bias.trainable = False
+
+    @keras.layers.Layer.trainable.setter
+    def trainable(self, value):
+        keras.layers.Layer.trainable.fset(self, value)
+        self._freeze_cancelled_bias()
 
     def _mix_heads(self, scores, dense, bias=True):
         if dense.quantization_mode is not None:
