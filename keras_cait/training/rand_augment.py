@@ -11,8 +11,8 @@ and replaces only the selection: `keras.ops.switch` runs the drawn op alone
 Its equalisation counts each channel's histogram with `bincount` wherever it runs on
 TensorFlow (in tf.data, whatever the Keras backend). Keras' `Equalization` chooses by
 the global backend, so under KERAS_BACKEND=jax its tf.data graph held JAX's 256-step
-loop per channel: 3,000 ops per drawn op, 25 s to trace a tiny model's pipeline on a CPU,
-and the pipeline's slowest op on a GPU host.
+loop per channel (RandAugment traced to 22,922 ops instead of 1,460; 25 s of a tiny
+model's pipeline set-up on a CPU), and ran it for every image.
 """
 
 import keras
