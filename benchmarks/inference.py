@@ -264,9 +264,9 @@ def _keras_xla(spec, batches, workdir, threads):
     return model.predict_on_batch
 
 
-def _keras_saved_model(spec, batches, workdir, threads, compute_dtype="float32", jit_compile=False):
+def _keras_saved_model(spec, batches, workdir, threads, compute_dtype="float32", jit_compile=False, folder=""):
     """`serving_default` as TF Serving runs it: loaded without keras_cait; XLA only where exported with it."""
-    path = os.path.join(workdir, f"saved_model_{compute_dtype}_{'xla' if jit_compile else 'graph'}", "1")
+    path = os.path.join(workdir, f"saved_model_{compute_dtype}_{'xla' if jit_compile else 'graph'}{folder}", "1")
     script = (
         "import sys; from keras_cait.export import export_saved_model; "
         "from benchmarks.inference import _keras_model, _spec; "
@@ -293,6 +293,11 @@ def _keras_saved_model_xla(spec, batches, workdir, threads):
 def _keras_saved_model_bf16(spec, batches, workdir, threads):
     """`export_saved_model(compute_dtype="bfloat16")`: bfloat16 matmuls, no XLA."""
     return _keras_saved_model(spec, batches, workdir, threads, compute_dtype="bfloat16")
+
+
+def _keras_saved_model_onednn(spec, batches, workdir, threads):
+    """The float32 SavedModel, exported and served with oneDNN's ops on (its own folder: the two export at once)."""
+    return _keras_saved_model(spec, batches, workdir, threads, folder="_onednn")
 
 
 def _keras_onnx(spec, batches, workdir, threads, quantization=None):
@@ -357,6 +362,10 @@ PATHS = {
     "keras-int8-onnx": _keras_int8_onnx,
     "keras-openvino": _keras_openvino,
     "keras-openvino-bf16": _keras_openvino_bf16,
+    # Levers: the same paths with oneDNN's ops on, which TensorFlow turns on by itself only on
+    # CPUs with AVX-512 VNNI or newer (`keras-cait` turns them on everywhere).
+    "keras-predict-onednn": _keras_predict,
+    "keras-saved-model-onednn": _keras_saved_model_onednn,
 }
 PEERS = ("timm-eager", "timm-compile", "timm-autocast-bf16", "ort-timm-onnx", "openvino-timm-onnx",
          "openvino-timm-onnx-bf16")
@@ -377,6 +386,8 @@ SAME_RUNTIME = {
     "keras-saved-model": "timm-eager",
     "keras-saved-model-xla": "timm-eager",
     "keras-saved-model-bf16": "timm-autocast-bf16",
+    "keras-predict-onednn": "timm-eager",
+    "keras-saved-model-onednn": "timm-eager",
 }
 # M36/M48 (--big): the paths users take, as few workers as that (each holds 1-2 GB of weights).
 BIG_PATHS = ("timm-eager", "ort-timm-onnx", "keras-predict", "keras-saved-model", "keras-onnx")
@@ -400,6 +411,8 @@ LABELS = {
     "keras-int8-onnx": "our int8 ONNX under ORT",
     "keras-openvino": "OpenVINO (f32)",
     "keras-openvino-bf16": "OpenVINO (bf16)",
+    "keras-predict-onednn": "`model.predict`, oneDNN's ops on (`TF_ENABLE_ONEDNN_OPTS=1`)",
+    "keras-saved-model-onednn": "SavedModel `serving_default`, oneDNN's ops on (`TF_ENABLE_ONEDNN_OPTS=1`)",
 }
 
 
@@ -411,6 +424,8 @@ def _set_threads(path, threads):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     os.environ["KERAS_BACKEND"] = "tensorflow"
     os.environ["OMP_NUM_THREADS"] = str(threads)
+    if path.endswith("-onednn"):
+        os.environ["TF_ENABLE_ONEDNN_OPTS"] = "1"
     if path.startswith("keras-") or path == CEILING:
         import tensorflow as tf
 

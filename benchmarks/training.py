@@ -339,6 +339,7 @@ CPU_PATHS = {
     "keras-jax-no-fusion": ("keras", "jax", True, False),
     "keras-tf-cancelled-bias": ("keras", "tensorflow", False, False),
     "keras-tf-bf16-cancelled-bias": ("keras", "tensorflow", False, True),
+    "keras-tf-onednn": ("keras", "tensorflow", False, False),
 }
 CPU_REFERENCE = "timm-eager"
 CPU_LABELS = {
@@ -355,6 +356,7 @@ CPU_LABELS = {
     "keras-jax-no-fusion": "keras_cait, JAX, float32, XLA:CPU's instruction fusion off",
     "keras-tf-cancelled-bias": "keras_cait, TensorFlow, float32, the pre-softmax bias added and trained",
     "keras-tf-bf16-cancelled-bias": "keras_cait, TensorFlow, `mixed_bfloat16`, the pre-softmax bias added and trained",
+    "keras-tf-onednn": "keras_cait, TensorFlow, float32, oneDNN's ops on (`TF_ENABLE_ONEDNN_OPTS=1`)",
 }
 CPU_PACKAGES = ("torch", "timm", "tensorflow", "keras", "jax", "jaxlib")
 GPU_PACKAGES = ("torch", "timm", "keras", "jax", "jaxlib")
@@ -372,6 +374,9 @@ def _set_cpu_threads(path, threads):
                                    f"intra_op_parallelism_threads={threads}")
     if backend:
         os.environ["KERAS_BACKEND"] = backend
+    if path.endswith("-onednn"):
+        # TensorFlow turns oneDNN's ops on by itself only on CPUs with AVX-512 VNNI or newer.
+        os.environ["TF_ENABLE_ONEDNN_OPTS"] = "1"
     if backend == "tensorflow" or path == CEILING:
         import tensorflow as tf
 
@@ -451,7 +456,10 @@ def keras_levers(model):
     if keras.backend.backend() == "jax":
         levers["largest_xla_fusion"] = largest_xla_fusion()
     else:
+        from tensorflow.python.util import _pywrap_util_port
+
         levers["xla_compiled_steps"] = len([name for name in xla_compiled_functions() if "one_step_on_data" in name])
+        levers["onednn_ops"] = bool(_pywrap_util_port.IsMklEnabled())
     return levers
 
 

@@ -4,8 +4,9 @@
 variants and their weights, preprocessing, attention maps and block features. The training
 recipe (`keras_cait.training`) and the exporters (`keras_cait.export_*`) are
 TensorFlow modules (tf.data, SavedModel) and load on first use.
-TensorFlow's start-up INFO lines are left out (see `keras_cait.startup_log`), and in the
-`keras-cait` command a Ctrl-C while they load is its one line (`keras_cait.startup_interrupt`).
+TensorFlow's start-up INFO lines are left out (see `keras_cait.startup_log`). In the
+`keras-cait` command a Ctrl-C while they load is its one line (`keras_cait.startup_interrupt`),
+and TensorFlow runs oneDNN's CPU kernels on every x86 CPU (`keras_cait.startup_onednn`).
 """
 
 import importlib
@@ -13,6 +14,10 @@ import importlib
 from keras_cait.startup_interrupt import end_on_interrupt_while_starting
 
 end_on_interrupt_while_starting()  # the keras-cait command only: Ctrl-C while Keras loads is its one line
+
+from keras_cait.startup_onednn import use_onednn_in_the_command  # noqa: E402
+
+use_onednn_in_the_command()  # the keras-cait command only, before TensorFlow loads: oneDNN's kernels
 
 from keras_cait.startup_log import quiet_tensorflow_startup  # noqa: E402
 

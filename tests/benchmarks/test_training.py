@@ -89,7 +89,7 @@ def test_smoke_run_of_keras_jax_without_tensorflow_and_of_timm_in_turns(tmp_path
 # torch.compile is left out (minutes of C++ compilation on a CPU); every other path runs.
 CPU_PATHS = ["timm-bf16", "keras-tf", "keras-tf-xla", "keras-jax", "keras-tf-bf16", "keras-tf-xla-bf16",
              "keras-jax-bf16", "keras-tf-bf16-half-stream", "keras-jax-no-fusion", "keras-tf-cancelled-bias",
-             "keras-tf-bf16-cancelled-bias"]
+             "keras-tf-bf16-cancelled-bias", "keras-tf-onednn"]
 
 
 @pytest.fixture(scope="module")
@@ -146,6 +146,11 @@ def test_every_cpu_lever_took_effect_in_the_worker_that_runs_it(cpu_smoke_run):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     levers = {row["path"]: row["levers"] for row in json.loads(output.read_text())["rows"]}
     assert set(levers) == {"timm-eager", *CPU_PATHS}
+    # TensorFlow turns oneDNN's ops on by itself on some CPUs (AVX-512 VNNI or newer) only.
+    onednn_by_default = subprocess.run(
+        [sys.executable, "-c", "from tensorflow.python.util import _pywrap_util_port as port; "
+         "print(port.IsMklEnabled())"], env=os.environ, capture_output=True, text=True, check=True,
+    ).stdout.split()[-1] == "True"
     for path in ["timm-eager", "timm-bf16"]:  # torch.autocast(bfloat16) on or off
         expected = "bfloat16" if path.endswith("-bf16") else "float32"
         assert levers[path]["logits_dtype"] == expected, (path, levers[path])
@@ -166,6 +171,7 @@ def test_every_cpu_lever_took_effect_in_the_worker_that_runs_it(cpu_smoke_run):
         else:
             # jit_compile=True: TensorFlow's runtime must compile the training step with XLA.
             assert (seen["xla_compiled_steps"] > 0) == ("-xla" in path), (path, seen)
+            assert seen["onednn_ops"] == (path.endswith("-onednn") or onednn_by_default), (path, seen)
 
 
 def test_the_fusion_profile_reports_step_time_and_the_compiled_steps_fusions():
