@@ -85,6 +85,20 @@ def dims(shape):
     return [int(d) for d in ARRAY.search(shape).group(2).split(",") if d]
 
 
+def library_call(attributes):
+    """The target of a custom-call (`__cublas$lt$matmul`, `__cudnn$convForward`, a Pallas kernel's), else ""."""
+    target = re.search(r'custom_call_target="([^"]+)"', attributes)
+    return target.group(1) if target else ""
+
+
+def result_bytes(shape, opcode, attributes):
+    """Bytes an instruction writes: cuBLAS and cuDNN calls also return a scratch workspace, left out."""
+    if opcode == "custom-call" and library_call(attributes).startswith(("__cublas", "__cudnn")):
+        dtype, sizes = ARRAY.search(shape).groups()
+        return ITEM_BYTES[dtype] * math.prod(int(d) for d in sizes.split(",") if d)
+    return shape_bytes(shape)
+
+
 def split_instruction(text):
     """`shape opcode(operands), attributes` -> (shape, opcode, [operand names], attributes)."""
     if text.startswith("("):  # a tuple shape
@@ -143,6 +157,18 @@ def flops_and_names(computations, name):
             kernel = dims(shapes[operands[1]])
             flops += 2 * elements(shape) * math.prod(kernel) // kernel[rhs_labels.index("o")]
             matmul_names += [op_name.group(1)] if op_name else []
+        elif opcode == "custom-call" and library_call(attributes).startswith("__cublas"):
+            # XLA:GPU's matmuls in cuBLAS: (result, workspace) = custom-call(lhs, rhs[, bias]).
+            contracting = re.search(r'"lhs_contracting_dimensions":\[([^\]]*)\]', attributes).group(1)
+            lhs = dims(shapes[operands[0]])
+            flops += 2 * math.prod(dims(shape)) * math.prod(lhs[int(d.strip('" '))] for d in contracting.split(",")
+                                                             if d.strip('" '))
+            matmul_names += [op_name.group(1)] if op_name else []
+        elif opcode == "custom-call" and library_call(attributes).startswith("__cudnn$conv"):
+            rhs_labels = re.search(r"dim_labels=\w+_(\w+)->", attributes).group(1)
+            kernel = dims(shapes[operands[1]])
+            flops += 2 * math.prod(dims(shape)) * math.prod(kernel) // kernel[rhs_labels.index("o")]
+            matmul_names += [op_name.group(1)] if op_name else []
         elif opcode in ARITHMETIC:
             flops += elements(shape)
         elif opcode == "reduce":
@@ -174,7 +200,7 @@ def roofline(hlo_text, peak_flops=PEAK_FLOPS, peak_bytes=PEAK_BYTES):
         label = (matmul_names or ([own.group(1)] if own else []) or names or [None])[0]
         if label:
             labels[name] = label
-        size = shape_bytes(shape) + sum(shape_bytes(shapes[o]) for o in operands if o in shapes)
+        size = result_bytes(shape, opcode, attributes) + sum(shape_bytes(shapes[o]) for o in operands if o in shapes)
         records.append((name, opcode, operands, flops, size))
     # Casts, copies and transposes that XLA emitted without a layer's name go with the layer that
     # produced their input, else with the one that takes their output.
@@ -204,8 +230,9 @@ def roofline(hlo_text, peak_flops=PEAK_FLOPS, peak_bytes=PEAK_BYTES):
     return table
 
 
-def training_step(config, batch, image_size, classes, precision="mixed_bfloat16"):
-    """The compiled step (forward + backward + AdamW) of a CaiT under the `precision` policy."""
+def training_step(config, batch, image_size, classes, precision="mixed_bfloat16", device=None):
+    """The compiled step (forward + backward + AdamW) of a CaiT under the `precision` policy, for
+    JAX's default device or `device` (a compile-only GPU of benchmarks/gpu_compile.py)."""
     import jax
     import jax.numpy as jnp
     import keras
@@ -231,12 +258,14 @@ def training_step(config, batch, image_size, classes, precision="mixed_bfloat16"
             trainable, optimizer_variables = optimizer.stateless_apply(optimizer_variables, gradients, trainable)
         return value, trainable, non_trainable, optimizer_variables
 
+    placed = {} if device is None else {"sharding": jax.sharding.SingleDeviceSharding(device)}
+
     def like(variables):
-        return [jax.ShapeDtypeStruct(v.shape, v.dtype) for v in variables]
+        return [jax.ShapeDtypeStruct(v.shape, v.dtype, **placed) for v in variables]
 
     arguments = (like(model.trainable_variables), like(model.non_trainable_variables), like(optimizer.variables),
-                 jax.ShapeDtypeStruct((batch, image_size, image_size, 3), jnp.float32),
-                 jax.ShapeDtypeStruct((batch, classes), jnp.float32))
+                 jax.ShapeDtypeStruct((batch, image_size, image_size, 3), jnp.float32, **placed),
+                 jax.ShapeDtypeStruct((batch, classes), jnp.float32, **placed))
     return jax.jit(step, donate_argnums=(0, 1, 2)).lower(*arguments).compile()
 
 
@@ -273,8 +302,20 @@ def main(argv=None):
                         help="peak memory bandwidth in GB/s (default: an H100 SXM's HBM3)")
     parser.add_argument("--cpu", action="store_true",
                         help="compile for the CPU and measure its peaks (overrides --peak-tflops/--peak-gbps)")
+    parser.add_argument("--gpu-target", action="store_true",
+                        help="compile for an H100 without a GPU (benchmarks/gpu_compile.py): XLA:GPU's program")
+    parser.add_argument("--attention", default="keras-ops", choices=["keras-ops", "fused"],
+                        help="with --gpu-target: the self-attention's keras.ops path or the fused Pallas kernels")
     parser.add_argument("--output", help="also write the JSON here")
     args = parser.parse_args(argv)
+    if args.cpu and args.gpu_target:
+        parser.error("--cpu and --gpu-target: choose one")
+    if args.attention == "fused" and not args.gpu_target:
+        parser.error("--attention fused compiles the Pallas kernels for a GPU: give --gpu-target too")
+    if args.gpu_target:
+        from benchmarks import gpu_compile
+
+        gpu_compile.prepare_environment()
     if args.cpu:
         os.environ["JAX_PLATFORMS"] = "cpu"
     os.environ.setdefault("KERAS_BACKEND", "jax")
@@ -289,16 +330,24 @@ def main(argv=None):
         config = {k: v for k, v in VARIANTS[args.variant].items() if k != "timm"}
         batch, image_size, classes = args.batch, 224, 1000
     peaks = cpu_peaks() if args.cpu else (args.peak_tflops * 1e12, args.peak_gbps * 1e9)
-    compiled = training_step(config, batch, image_size, classes, args.precision)
+    device = gpu_compile.h100() if args.gpu_target else None
+    if args.attention == "fused":
+        # The layer runs the kernels where JAX's default device is a GPU; here it is the CPU
+        # that compiles for one.
+        from keras_cait.kernels import talking_heads_pallas
+
+        talking_heads_pallas.on_gpu = lambda: True
+    compiled = training_step(config, batch, image_size, classes, args.precision, device)
     hlo = compiled.as_text()
     table = roofline(hlo, *peaks)
     analysis = compiled.cost_analysis()
-    analysis = analysis[0] if isinstance(analysis, list) else analysis
+    analysis = (analysis[0] if isinstance(analysis, list) else analysis) or {}  # none for a compile-only device
     result = {
         "model": "smoke" if args.smoke else args.variant, "batch": batch, "image_size": image_size,
         "precision": args.precision,
         "array_dtypes": sorted({dtype for dtype, _ in ARRAY.findall(hlo) if dtype in ITEM_BYTES}),
-        "device": jax.devices()[0].device_kind, "jax": jax.__version__,
+        "device": f"{device.device_kind} (compile-only)" if device else jax.devices()[0].device_kind,
+        "attention": args.attention, "jax": jax.__version__,
         "peaks": {"tflops": peaks[0] / 1e12, "gbps": peaks[1] / 1e9, "measured": args.cpu}, "classes": table,
         "total": {key: sum(row[key] for row in table.values()) for key in ("flops", "bytes", "bound_ms")},
         "xla_cost_analysis": {"flops": analysis.get("flops"), "bytes": analysis.get("bytes accessed")},

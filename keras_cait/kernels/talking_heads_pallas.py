@@ -46,10 +46,16 @@ Tiles and padding: N is padded to N_p, the next power of two of at least 16
 (196 and 197 → 256), as Triton's blocks are powers of two; padded keys are masked
 out of the softmax and padded queries sliced off. The head size is zero-padded the
 same way (48 → 64). T_q = T_k = 16, the smallest side of a Triton dot. A forward
-program holds S for all heads plus one mixed tile, (H + 1) float32 (T_q, N_p)
-tiles: 9 × 16 KB at S24; the query backward about 2H + 1 of them. The dot inputs
-keep the layer's compute dtype (bfloat16 under `mixed_bfloat16`) with float32
-accumulation; the mixes and the softmax are float32.
+program holds the logits and then S of every head, up to 2H + 1 float32 (T_q, N_p)
+tiles; the query backward keeps S, dS' and dA' (about 2H + 1 tiles) and computes each head's
+logits again where dP_l needs them rather than keeping them from the start (4H tiles). Each
+head's q and k tiles are loaded right before its dot, so that one head's keys at a time sit
+in shared memory. Compiled by XLA:GPU for an H100 (`python -m benchmarks.gpu_compile`, no GPU
+needed), at S24's shape every kernel fits the chip's shared memory and uses 255 registers a
+thread, spilling 0.7 KB (forward), 2.3 KB (query backward) and 0.1 KB (key backward) a
+thread; at XXS24's (4 heads), nothing. The dot inputs keep the layer's compute dtype
+(bfloat16 under `mixed_bfloat16`) with float32 accumulation; the mixes and the softmax are
+float32.
 
 On a GPU the kernels are compiled by Triton (`compiler_params` picks it); elsewhere
 they run in Pallas' interpreter (`interpret=True`), as the tests do on the CPU:
@@ -73,7 +79,7 @@ from jax.experimental.pallas import triton as pltriton
 BLOCK_QUERIES = 16
 BLOCK_KEYS = 16
 MIN_SIDE = 16  # the smallest side of a Triton dot
-NUM_WARPS = 8  # (H + 1) tiles of 16 × 256 float32 fit in registers at 8 warps, not at 4
+NUM_WARPS = 8  # 255 registers a thread; 16 warps (128 registers) spilled more at S24 (benchmarks/gpu_compile.py)
 
 
 def on_gpu():
@@ -177,16 +183,18 @@ def _mix(tiles, mix, g):
     return mixed
 
 
-def _logits(query_tiles, key_tiles, scale):
-    """A_h = s · q_h k_hᵀ for every head, float32."""
-    return [_dot_bt(q, k) * scale for q, k in zip(query_tiles, key_tiles)]
+def _logits(query_of, key_of, heads, scale):
+    """A_h = s · q_h k_hᵀ for every head, float32. Each head's tiles are loaded right before its dot
+    (`query_of(h)`, `key_of(h)`): loaded all at once, the keys of every head would be live in shared
+    memory together, 8 × 32 KB at S24, more than an H100's 227 KB."""
+    return [_dot_bt(query_of(h), key_of(h)) * scale for h in range(heads)]
 
 
 # === Forward ===
 
 def _forward_kernel(q_ref, k_ref, v_ref, pre_ref, post_ref, bias_ref, out_ref, lse_ref, *, heads, tokens, scale):
     pre, post = _scalars(pre_ref, heads), _scalars(post_ref, heads)
-    logits = _logits([q_ref[h] for h in range(heads)], [k_ref[h] for h in range(heads)], scale)
+    logits = _logits(q_ref.__getitem__, k_ref.__getitem__, heads, scale)
     keys = lax.broadcasted_iota(jnp.int32, logits[0].shape, 1) < tokens  # padded keys leave the softmax
     probabilities = []
     for g in range(heads):
@@ -242,8 +250,7 @@ def _forward(query, key, value, pre, post, bias, tokens, scale, interpret):
 def _backward_queries_kernel(q_ref, k_ref, v_ref, dout_ref, lse_ref, pre_ref, post_ref,
                              dq_ref, delta_ref, dpre_ref, dpost_ref, dbias_ref, *, heads, scale):
     pre, post = _scalars(pre_ref, heads), _scalars(post_ref, heads)
-    query_tiles, key_tiles = [q_ref[h] for h in range(heads)], [k_ref[h] for h in range(heads)]
-    logits = _logits(query_tiles, key_tiles, scale)
+    logits = _logits(q_ref.__getitem__, k_ref.__getitem__, heads, scale)
     # Not masked: a padded key's (wrong) probabilities only ever meet zeros, its dS' (v is padded
     # with zeros), its logits and its rows of k, so nothing of them reaches dq or the mixes.
     probabilities = [jnp.exp(_mix(logits, pre, g) - lse_ref[g][:, None]) for g in range(heads)]
@@ -261,10 +268,13 @@ def _backward_queries_kernel(q_ref, k_ref, v_ref, dout_ref, lse_ref, pre_ref, po
         d_logits.append(probabilities[g] * (d_probabilities - delta[:, None]))
     transposed_pre = [[pre[g][h] for g in range(heads)] for h in range(heads)]
     for h in range(heads):
+        # A_h again, one head at a time: kept from the top, the logits of every head would stay
+        # live beside the probabilities, dS' and dA' (4H tiles: registers spill, see the docstring).
+        logit = _dot_bt(q_ref[h], k_ref[h]) * scale
         for g in range(heads):
-            dpre_ref[h, g] = jnp.sum(logits[h] * d_logits[g])
+            dpre_ref[h, g] = jnp.sum(logit * d_logits[g])
         d_logit = _mix(d_logits, transposed_pre, h)  # dA_h = Σ_g P_l[h, g] dA'_g
-        dq_ref[h] = (_dot(d_logit.astype(k_ref.dtype), key_tiles[h]) * scale).astype(dq_ref.dtype)
+        dq_ref[h] = (_dot(d_logit.astype(k_ref.dtype), k_ref[h]) * scale).astype(dq_ref.dtype)  # k_h again
 
 
 def _backward_queries(query, key, value, d_outputs, logsumexp, pre, post, scale, interpret):
@@ -304,7 +314,7 @@ def _backward_keys_kernel(q_ref, k_ref, v_ref, dout_ref, lse_ref, delta_ref, pre
         d_keys, d_values = list(gradients[0]), list(gradients[1])
         rows = pl.ds(pl.multiple_of(i * block_queries, block_queries), block_queries)
         query_tiles = [q_ref[h, rows, :] for h in range(heads)]
-        logits = _logits(query_tiles, key_tiles, scale)
+        logits = _logits(query_tiles.__getitem__, key_tiles.__getitem__, heads, scale)
         # Not masked: a padded key's (wrong) probabilities reach only its own rows of dk and dv,
         # which are sliced off.
         probabilities = [jnp.exp(_mix(logits, pre, g) - lse_ref[g, rows][:, None]) for g in range(heads)]

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from benchmarks.roofline import op_class
+from benchmarks.roofline import op_class, roofline
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -28,6 +28,35 @@ REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__f
 ])
 def test_each_instruction_is_classed_by_its_layer(op_name, expected):
     assert op_class(op_name) == expected
+
+
+# XLA:GPU's program (benchmarks/gpu_compile.py) calls cuBLAS and cuDNN: a custom-call returns
+# (result, scratch workspace). The lines are XLA:GPU's own form, cut down to what is read.
+GPU_PROGRAM = """HloModule gpu_step
+
+ENTRY %main (p0: bf16[{m},{k}], p1: bf16[{k},{n}], p2: bf16[{n}], p3: bf16[2,32,32,3], p4: bf16[{c},16,16,3]) -> bf16[{m},{n}] {{
+  %p0 = bf16[{m},{k}]{{1,0}} parameter(0)
+  %p1 = bf16[{k},{n}]{{1,0}} parameter(1)
+  %p2 = bf16[{n}]{{0}} parameter(2)
+  %p3 = bf16[2,32,32,3]{{3,2,1,0}} parameter(3)
+  %p4 = bf16[{c},16,16,3]{{3,2,1,0}} parameter(4)
+  %cublas-lt-matmul.1 = (bf16[{m},{n}]{{1,0}}, s8[4194304]{{0}}) custom-call(%p0, %p1, %p2), custom_call_target="__cublas$lt$matmul", metadata={{op_name="jit(step)/jvp(self_attention_block_0)/mlp_dense_1/dot_general"}}, backend_config={{"gemm_backend_config":{{"dot_dimension_numbers":{{"lhs_contracting_dimensions":["1"],"rhs_contracting_dimensions":["0"],"lhs_batch_dimensions":[],"rhs_batch_dimensions":[]}},"epilogue":"BIAS"}}}}
+  %gte.1 = bf16[{m},{n}]{{1,0}} get-tuple-element(%cublas-lt-matmul.1), index=0
+  %cudnn-conv.1 = (bf16[2,2,2,{c}]{{3,2,1,0}}, u8[65536]{{0}}) custom-call(%p3, %p4), window={{size=16x16 stride=16x16}}, dim_labels=b01f_o01i->b01f, custom_call_target="__cudnn$convForward", metadata={{op_name="jit(step)/jvp(patch_embedding)/projection/conv_general_dilated"}}
+  ROOT %gte.2 = bf16[{m},{n}]{{1,0}} get-tuple-element(%cublas-lt-matmul.1), index=0
+}}
+"""
+
+
+def test_xla_gpu_s_cublas_and_cudnn_calls_count_their_flops_and_not_their_workspace():
+    m, k, n, c = 96, 40, 24, 8
+    table = roofline(GPU_PROGRAM.format(m=m, k=k, n=n, c=c))
+    linear = table["linear layers"]
+    assert linear["flops"] == 2 * m * n * k + 2 * (2 * 2 * 2 * c) * (16 * 16 * 3)
+    # Bytes: each call's operands and its result, not the scratch workspace beside it.
+    gemm = 2 * (m * k + k * n + n + m * n)
+    conv = 2 * (2 * 32 * 32 * 3 + c * 16 * 16 * 3 + 2 * 2 * 2 * c)
+    assert linear["bytes"] == gemm + conv and linear["instructions"] == 2
 
 
 @pytest.mark.large
