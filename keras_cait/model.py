@@ -79,6 +79,16 @@ def has_dtype_policy(model, policy):
     )
 
 
+def float32_gelu(hidden):
+    """The exact (erf) GELU, computed in float32 and rounded once to the dtype of `hidden`, as
+    PyTorch's half-precision GELU does. In bfloat16 TensorFlow's CPU kernels round each of its
+    steps and took 5 % more of a block's training step."""
+    return ops.cast(ops.gelu(ops.cast(hidden, "float32"), approximate=False), hidden.dtype)
+
+
+_rematerialized_gelu = keras.remat(float32_gelu)
+
+
 class _ResidualBlock(keras.layers.Layer):
     """What both CaiT blocks share: x + SD(λ_1 · attention) then x + SD(λ_2 · MLP).
 
@@ -159,10 +169,14 @@ class _ResidualBlock(keras.layers.Layer):
 
     def _mlp_residual(self, x, training):
         hidden = self.mlp_dense_1(self.mlp_norm(x))
-        # The exact (erf) GELU, computed in float32 and rounded once to the compute dtype, as
-        # PyTorch's half-precision GELU does. In bfloat16 TensorFlow's CPU kernels round each
-        # of its steps and took 5 % more of a block's training step.
-        hidden = ops.cast(ops.gelu(ops.cast(hidden, "float32"), approximate=False), hidden.dtype)
+        if hidden.dtype != "float32" and keras.backend.backend() == "jax":
+            # Recomputed in the backward pass from its half-precision input: otherwise JAX keeps
+            # the float32 copy of the MLP's widest tensor for it, and XLA:GPU writes and reads
+            # it again (S24 at batch 128: 9 % of the training step's memory traffic,
+            # docs/benchmarks.md). Not on TensorFlow, whose CPU step is not bound by it.
+            hidden = _rematerialized_gelu(hidden)
+        else:
+            hidden = float32_gelu(hidden)
         branch = self.mlp_dense_2(hidden)
         return x + self.stochastic_depth(self.mlp_layer_scale(branch), training=training)
 
