@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SCRIPT = """
@@ -43,6 +45,7 @@ print(json.dumps(results))
 """
 
 
+@pytest.mark.large
 def test_the_float32_gelu_is_recomputed_from_its_bfloat16_input_with_the_same_gradients():
     done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=600,
                           env={**os.environ, "PYTHONPATH": REPOSITORY, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"})

@@ -20,6 +20,7 @@ def cuda_plugin_installed():
     return run("pip", "show", "jax-cuda12-plugin").returncode == 0
 
 
+@pytest.mark.large
 @pytest.mark.skipif(cuda_plugin_installed(), reason="this environment has JAX's CUDA plugin: the line is not needed")
 @pytest.mark.parametrize("command", [["benchmarks.gpu_compile"], ["benchmarks.roofline", "--gpu-target", "--smoke"]])
 def test_without_jax_s_cuda_plugin_the_command_says_what_to_install(command):
