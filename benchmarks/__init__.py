@@ -9,6 +9,7 @@
     python -m benchmarks.profile_fusion --backend jax       # XLA:CPU's fusions in a training step
     python -m benchmarks.talking_heads_kernel               # the fused attention kernel vs keras.ops (JAX)
     python -m benchmarks.roofline                           # a training step's FLOPs and bytes by layer kind
+    python -m benchmarks.gpu_compile                        # the fused kernels compiled for an H100, no GPU
 
 Each has `--smoke` or small arguments that tests/benchmarks/ runs. `harness` is the
 interleaved timing that inference, training and input share: one persistent worker

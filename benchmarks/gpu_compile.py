@@ -25,7 +25,6 @@ sets) and `ptxas` on PATH or in the nvidia-cuda-nvcc wheel that comes with it.
 
 import argparse
 import glob
-import json
 import os
 import re
 import shutil
@@ -33,6 +32,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from benchmarks.harness import print_result
 
 # An H100 SXM 80GB as XLA:GPU's GpuTargetConfig (text proto): the device properties a
 # compilation reads (compute capability 9.0, 132 SMs, 227 KB of shared memory per block
@@ -158,12 +159,7 @@ def main(argv=None):
     result = dict(target="NVIDIA H100 80GB HBM3 (sm_90a), compile-only", shape=dict(
         batch=args.batch, tokens=args.tokens, heads=args.heads, head_dim=args.head_dim, dtype="bfloat16"),
         jax=jax.__version__, compile_seconds=round(seconds, 1), kernels={name: kernels[name] for name in KERNELS})
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.output:
-        with open(args.output, "w") as file:
-            file.write(text + "\n")
-    return result
+    return print_result(result, args.output)
 
 
 if __name__ == "__main__":

@@ -245,3 +245,13 @@ def write_json(value, path):
     with open(path + ".part", "w") as file:
         json.dump(value, file, indent=1)
     os.replace(path + ".part", path)
+
+
+def print_result(result, output=None):
+    """Prints `result` as indented JSON and, given a path, writes it there too; returns it."""
+    text = json.dumps(result, indent=1)
+    print(text)
+    if output:
+        with open(output, "w") as file:
+            file.write(text + "\n")
+    return result

@@ -34,10 +34,11 @@ FLOPs do not depend on it.
 
 import argparse
 import collections
-import json
 import math
 import os
 import re
+
+from benchmarks.harness import print_result
 
 PEAK_FLOPS = 989.4e12  # H100 SXM, dense bf16
 PEAK_BYTES = 3.35e12  # H100 SXM, HBM3
@@ -352,12 +353,7 @@ def main(argv=None):
         "total": {key: sum(row[key] for row in table.values()) for key in ("flops", "bytes", "bound_ms")},
         "xla_cost_analysis": {"flops": analysis.get("flops"), "bytes": analysis.get("bytes accessed")},
     }
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.output:
-        with open(args.output, "w") as file:
-            file.write(text + "\n")
-    return result
+    return print_result(result, args.output)
 
 
 if __name__ == "__main__":

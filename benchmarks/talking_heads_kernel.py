@@ -27,13 +27,14 @@ nothing about the kernel, only that every code path runs (`--smoke`, tests/bench
 import argparse
 import contextlib
 import io
-import json
 import math
 import os
 import re
 import statistics
 import sys
 import time
+
+from benchmarks.harness import print_result
 
 SMOKE = dict(batch=2, tokens=7, channels=16, heads=2, policy="float32", rounds=2, steps=1)
 ITEM_BYTES = {"f64": 8, "f32": 4, "bf16": 2, "f16": 2, "i64": 8, "i32": 4, "u32": 4, "i8": 1, "u8": 1, "bool": 1}
@@ -126,7 +127,7 @@ def main(argv=None):
         result["saved_for_backward_bytes"][path] = total
         result["largest_residuals"][path] = largest
     if args.residuals_only:
-        return report_result(result, args.output)
+        return print_result(result, args.output)
 
     steps, result["compiled_temp_bytes"] = {}, {}
     for path, layer in layers.items():
@@ -149,7 +150,7 @@ def main(argv=None):
     result["ms_per_step"] = {path: statistics.median(ms) for path, ms in times.items()}
     result["ms_per_round"] = times
     result["fused_speedup"] = result["ms_per_step"]["keras_ops"] / result["ms_per_step"]["fused"]
-    report_result(result, args.output)
+    print_result(result, args.output)
     wrong = {name: error for name, error in result["largest_difference"].items() if not error <= args.tolerance}
     if wrong:
         sys.exit(f"the fused kernel differs from keras.ops by more than {args.tolerance}: {wrong}")
@@ -168,15 +169,6 @@ def largest_difference(answers, reference_layer, np):
     for name, fused, exact in zip(names, flat(answers["fused"]), flat(answers["keras_ops"])):
         differences[name] = float(np.max(np.abs(fused - exact)) / np.max(np.abs(exact)))
     return differences
-
-
-def report_result(result, output):
-    text = json.dumps(result, indent=1)
-    print(text)
-    if output:
-        with open(output, "w") as file:
-            file.write(text + "\n")
-    return result
 
 
 if __name__ == "__main__":
