@@ -53,9 +53,13 @@ def interrupted_line(argv):
     return f"{COMMAND} {command}: {INTERRUPTED}" if command else f"{COMMAND}: {INTERRUPTED}"
 
 
+_received = []  # the Ctrl-C this process received while starting, if any
+
+
 def _interrupted(signum, frame):
     # SystemExit with a text: Python prints it to standard error once every `finally` has run
     # (standard error is restored after keras_cait.startup_log has caught it) and exits with 1.
+    _received.append(signum)
     raise SystemExit(interrupted_line(sys.argv[1:]))
 
 
@@ -68,6 +72,11 @@ def end_on_interrupt_while_starting():
 
 
 def command_begins():
-    """The command's own error handling takes Ctrl-C from here, as a KeyboardInterrupt."""
+    """The command's own error handling takes Ctrl-C from here, as a KeyboardInterrupt; one that
+    came while starting but did not end the process is raised here (see below)."""
     if signal.getsignal(signal.SIGINT) is _interrupted:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if _received:
+        # Python ignores an exception raised in a garbage collector's callback (JAX registers one):
+        # a Ctrl-C that lands there is printed as "Exception ignored" and the start goes on.
+        raise KeyboardInterrupt

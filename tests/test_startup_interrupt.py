@@ -49,3 +49,41 @@ def test_importing_keras_cait_elsewhere_leaves_ctrl_c_alone():
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["True", "True"]
+
+
+SWALLOWED = """
+import gc, os, signal, sys, time
+sys.argv = ["/venv/bin/keras-cait", "finetune", "--data", "photos"]
+from keras_cait.startup_interrupt import end_on_interrupt_while_starting
+end_on_interrupt_while_starting()
+
+def collector_callback(phase, info):  # as JAX's, which Python runs with its exceptions ignored
+    if phase == "start" and not getattr(collector_callback, "done", False):
+        collector_callback.done = True
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # the handler runs here, inside the callback
+
+gc.callbacks.append(collector_callback)
+gc.collect()
+gc.callbacks.remove(collector_callback)
+print("still starting", flush=True)
+from keras_cait.cli.errors import reported
+with reported("finetune", sys.argv[1:]):
+    print("the command ran", flush=True)
+"""
+
+
+@pytest.mark.large
+def test_a_ctrl_c_swallowed_while_starting_ends_the_command_when_it_begins():
+    """A Ctrl-C that lands in a garbage collector's callback while keras-cait starts (once, in the
+    suite: the interrupted finetune trained on) ends the command with its line as it begins."""
+    import os
+    import subprocess
+    import sys
+
+    repository = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-c", SWALLOWED], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": repository, "KERAS_CAIT_DEBUG": ""})
+    assert "Exception ignored" in done.stderr and "still starting" in done.stdout  # the callback swallowed it
+    assert "the command ran" not in done.stdout and done.returncode == 1, (done.stdout, done.stderr[-2000:])
+    assert done.stderr.strip().splitlines()[-1] == f"keras-cait finetune: {INTERRUPTED}"
