@@ -102,9 +102,11 @@ def on_device(device, shape, dtype):
 
 
 def ptxas():
-    found = shutil.which("ptxas") or next(iter(glob.glob(os.path.join(
-        os.path.dirname(os.path.dirname(os.path.abspath(__import__("jax").__file__))), "nvidia", "cuda_nvcc",
-        "bin", "ptxas"))), None)
+    """ptxas on PATH, else the one of the nvidia-cuda-nvcc wheel that jax[cuda12] installs beside jax."""
+    import jax
+
+    wheel = os.path.join(os.path.dirname(os.path.dirname(jax.__file__)), "nvidia", "cuda_nvcc", "bin", "ptxas")
+    found = shutil.which("ptxas") or (wheel if os.path.exists(wheel) else None)
     if not found:
         raise SystemExit("benchmarks.gpu_compile: no ptxas (on PATH or in the nvidia-cuda-nvcc wheel)")
     return found
