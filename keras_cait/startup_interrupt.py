@@ -54,6 +54,7 @@ def interrupted_line(argv):
 
 
 _received = []  # the Ctrl-C this process received while starting, if any
+_unraisablehook = []  # the hook `_quiet_when_ours` stands in for while starting
 
 
 def _interrupted(signum, frame):
@@ -63,12 +64,22 @@ def _interrupted(signum, frame):
     raise SystemExit(interrupted_line(sys.argv[1:]))
 
 
+def _quiet_when_ours(unraisable):
+    # Python ignores an exception raised in a garbage collector's callback (JAX registers one) and
+    # prints it as "Exception ignored in ...", a traceback. Ours is kept quiet: `command_begins` raises it.
+    if isinstance(unraisable.exc_value, SystemExit) and _received:
+        return
+    (_unraisablehook[0] if _unraisablehook else sys.__unraisablehook__)(unraisable)
+
+
 def end_on_interrupt_while_starting():
     """In the `keras-cait` process only: Ctrl-C ends it with the contract's line until the command begins."""
     if not is_the_command() or debug_requested(sys.argv[1:]):
         return
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _interrupted)
+        _unraisablehook[:] = [sys.unraisablehook]
+        sys.unraisablehook = _quiet_when_ours
 
 
 def command_begins():
@@ -76,7 +87,9 @@ def command_begins():
     came while starting but did not end the process is raised here (see below)."""
     if signal.getsignal(signal.SIGINT) is _interrupted:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if sys.unraisablehook is _quiet_when_ours:
+        sys.unraisablehook = _unraisablehook.pop()
     if _received:
-        # Python ignores an exception raised in a garbage collector's callback (JAX registers one):
-        # a Ctrl-C that lands there is printed as "Exception ignored" and the start goes on.
+        # A Ctrl-C that landed in a callback whose exceptions Python ignores (see `_quiet_when_ours`)
+        # did not end the start; it ends the command here.
         raise KeyboardInterrupt

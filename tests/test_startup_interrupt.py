@@ -63,9 +63,14 @@ def collector_callback(phase, info):  # as JAX's, which Python runs with its exc
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.05)  # the handler runs here, inside the callback
 
+class Other:
+    def __del__(self):
+        raise ValueError("someone else's, printed")
+
 gc.callbacks.append(collector_callback)
 gc.collect()
 gc.callbacks.remove(collector_callback)
+Other()  # an exception Python ignores that is not ours, after ours: still printed
 print("still starting", flush=True)
 from keras_cait.cli.errors import reported
 with reported("finetune", sys.argv[1:]):
@@ -76,7 +81,8 @@ with reported("finetune", sys.argv[1:]):
 @pytest.mark.large
 def test_a_ctrl_c_swallowed_while_starting_ends_the_command_when_it_begins():
     """A Ctrl-C that lands in a garbage collector's callback while keras-cait starts (once, in the
-    suite: the interrupted finetune trained on) ends the command with its line as it begins."""
+    suite: the interrupted finetune trained on; in CI, Python printed it as "Exception ignored" with
+    a traceback) ends the command with its line alone as it begins."""
     import os
     import subprocess
     import sys
@@ -84,6 +90,8 @@ def test_a_ctrl_c_swallowed_while_starting_ends_the_command_when_it_begins():
     repository = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     done = subprocess.run([sys.executable, "-c", SWALLOWED], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": repository, "KERAS_CAIT_DEBUG": ""})
-    assert "Exception ignored" in done.stderr and "still starting" in done.stdout  # the callback swallowed it
+    assert "still starting" in done.stdout  # the callback swallowed it
     assert "the command ran" not in done.stdout and done.returncode == 1, (done.stdout, done.stderr[-2000:])
-    assert done.stderr.strip().splitlines()[-1] == f"keras-cait finetune: {INTERRUPTED}"
+    assert "ValueError: someone else's, printed" in done.stderr, done.stderr[-2000:]
+    assert "SystemExit" not in done.stderr, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1] == f"keras-cait finetune: {INTERRUPTED}", done.stderr[-2000:]
