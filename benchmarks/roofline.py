@@ -3,6 +3,7 @@
     python -m benchmarks.roofline --output roofline_s24.json     # CaiT-S24, batch 128
     python -m benchmarks.roofline --smoke
     python -m benchmarks.roofline --cpu --batch 16 --precision float32   # this CPU's peaks
+    python -m benchmarks.roofline --profile 5     # on a GPU: each instruction's time beside its bound
 
 Compiles, without running it, the step that benchmarks/training.py times: forward + backward
 + DeiT's AdamW of a CaiT at 224 under `mixed_bfloat16`, drop path 0.1, cross-entropy on
@@ -30,6 +31,14 @@ of a 512 MB array copy (bytes read + written, best of 5). `--precision` (default
 cost analysis of the whole program (`compiled.cost_analysis()`). The fusions, and so the bytes,
 are those of the device that compiled: on a CPU, XLA:CPU's, which fuses less than XLA:GPU; the
 FLOPs do not depend on it.
+
+`--profile STEPS` also runs the step on the machine's own device: the median of STEPS timed
+steps, then STEPS more under JAX's profiler, whose events name the instruction each kernel (on a
+GPU) or thunk (XLA:CPU) ran for (`hlo_op`). Each instruction's time per step goes to its class,
+beside the bound (`measured_ms`); `profile.slowest` lists the slowest instructions with their
+bytes and FLOPs, and `unmatched_ms` what ran outside the entry computation's instructions. On a
+GPU, XLA's CUDA graphs are turned off so that each kernel is seen on its own. `--attention`
+defaults to what the layer runs on the device: the fused kernels on a GPU, keras.ops elsewhere.
 """
 
 import argparse
@@ -37,6 +46,8 @@ import collections
 import math
 import os
 import re
+
+import numpy as np
 
 from benchmarks.harness import print_result
 
@@ -181,8 +192,8 @@ def flops_and_names(computations, name):
     return flops, matmul_names, names
 
 
-def roofline(hlo_text, peak_flops=PEAK_FLOPS, peak_bytes=PEAK_BYTES):
-    """Per class: FLOPs, bytes, instructions, the time at the peaks (FLOP/s, bytes/s) and the heaviest op_names."""
+def instructions(hlo_text):
+    """The entry computation's instructions that touch memory, as {name: (class, label, FLOPs, bytes)}."""
     computations, entry = parse_module(hlo_text)
     shapes = {instruction[0]: instruction[1] for instruction in computations[entry]}
     records, labels, consumers = [], {}, collections.defaultdict(list)
@@ -213,15 +224,22 @@ def roofline(hlo_text, peak_flops=PEAK_FLOPS, peak_bytes=PEAK_BYTES):
                 labels[name] = near[0]
         if len(unlabeled) == len([record for record in records if record[0] not in labels]):
             break
-    rows = {name: collections.Counter() for name in CLASSES}
-    heaviest = {name: collections.Counter() for name in CLASSES}
+    table = {}
     for name, opcode, _, flops, size in records:
         label = labels.get(name, "")
-        row = rows[op_class(label)]
-        row["flops"] += flops
-        row["bytes"] += size
-        row["instructions"] += 1
-        heaviest[op_class(label)][re.sub(r"^jit\([^)]*\)/", "", label) or opcode] += size
+        table[name] = (op_class(label), re.sub(r"^jit\([^)]*\)/", "", label) or opcode, flops, size)
+    return table
+
+
+def roofline(hlo_text, peak_flops=PEAK_FLOPS, peak_bytes=PEAK_BYTES):
+    """Per class: FLOPs, bytes, instructions, the time at the peaks (FLOP/s, bytes/s) and the heaviest op_names."""
+    rows = {name: collections.Counter() for name in CLASSES}
+    heaviest = {name: collections.Counter() for name in CLASSES}
+    for kind, label, flops, size in instructions(hlo_text).values():
+        rows[kind]["flops"] += flops
+        rows[kind]["bytes"] += size
+        rows[kind]["instructions"] += 1
+        heaviest[kind][label] += size
     table = {}
     for name, row in rows.items():
         compute, memory = row["flops"] / peak_flops, row["bytes"] / peak_bytes
@@ -233,7 +251,8 @@ def roofline(hlo_text, peak_flops=PEAK_FLOPS, peak_bytes=PEAK_BYTES):
 
 def training_step(config, batch, image_size, classes, precision="mixed_bfloat16", device=None):
     """The compiled step (forward + backward + AdamW) of a CaiT under the `precision` policy, for
-    JAX's default device or `device` (a compile-only GPU of benchmarks/gpu_compile.py)."""
+    JAX's default device or `device` (a compile-only GPU of benchmarks/gpu_compile.py), and a
+    function that gives its arguments (the model's variables, random images and labels) to run it."""
     import jax
     import jax.numpy as jnp
     import keras
@@ -267,7 +286,81 @@ def training_step(config, batch, image_size, classes, precision="mixed_bfloat16"
     arguments = (like(model.trainable_variables), like(model.non_trainable_variables), like(optimizer.variables),
                  jax.ShapeDtypeStruct((batch, image_size, image_size, 3), jnp.float32, **placed),
                  jax.ShapeDtypeStruct((batch, classes), jnp.float32, **placed))
-    return jax.jit(step, donate_argnums=(0, 1, 2)).lower(*arguments).compile()
+    compiled = jax.jit(step, donate_argnums=(0, 1, 2)).lower(*arguments).compile()
+
+    def values(seed=0):
+        random = np.random.default_rng(seed)
+        images = random.uniform(0, 255, (batch, image_size, image_size, 3)).astype("float32")
+        labels = np.eye(classes, dtype="float32")[random.integers(0, classes, batch)]
+        copies = [[jnp.array(v.value, copy=True) for v in variables]  # the step takes them over
+                  for variables in (model.trainable_variables, model.non_trainable_variables, optimizer.variables)]
+        return (*copies, jnp.asarray(images), jnp.asarray(labels))
+
+    return compiled, values
+
+
+def instruction_times(events, steps, module="jit_step"):
+    """Milliseconds per step of each instruction of the compiled `module`, from a profile's
+    events, (plane name, duration in ns, {stat: value}): XLA names the instruction each event ran
+    in its `hlo_op` stat. A GPU's own planes (its kernels) when the profile has them, else the
+    host's (XLA:CPU's thunks)."""
+    events = list(events)
+    device = any(plane.startswith("/device:GPU") for plane, _, _ in events)
+    times = collections.Counter()
+    for plane, duration, stats in events:
+        if plane.startswith("/device:GPU" if device else "/host:CPU") and stats.get("hlo_module") == module \
+                and "hlo_op" in stats:
+            times[stats["hlo_op"]] += duration / 1e6 / steps
+    return dict(times)
+
+
+def profile_step(compiled, arguments, steps):
+    """The step's median time in ms over `steps` runs, then each instruction's ms per step under JAX's profiler."""
+    import glob
+    import statistics
+    import tempfile
+    import time
+
+    import jax
+    from jax.profiler import ProfileData
+
+    state, batch = list(arguments[:3]), arguments[3:]
+
+    def run():
+        _, *state[:] = compiled(*state, *batch)
+        jax.block_until_ready(state)
+
+    for _ in range(2):  # the first runs compile nothing more but allocate
+        run()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    with tempfile.TemporaryDirectory() as directory:
+        jax.profiler.start_trace(directory)
+        for _ in range(steps):
+            run()
+        jax.profiler.stop_trace()
+        data = ProfileData.from_file(glob.glob(os.path.join(directory, "**", "*.xplane.pb"), recursive=True)[0])
+        events = [(plane.name, event.duration_ns, dict(event.stats))
+                  for plane in data.planes for line in plane.lines for event in line.events]
+    return statistics.median(times) * 1e3, instruction_times(events, steps)
+
+
+def measured(table, times, step_ms, top=15):
+    """The profile beside the roofline: each class's measured ms per step and its bound's share of
+    it, what ran outside the entry computation's instructions, and the slowest instructions."""
+    classes = collections.Counter()
+    for name, ms in times.items():
+        classes[table[name][0] if name in table else "unmatched"] += ms
+    slowest = sorted((name for name in times if name in table), key=times.get, reverse=True)[:top]
+    return {
+        "step_ms": step_ms, "instructions_ms": sum(times.values()), "unmatched_ms": classes.pop("unmatched", 0.0),
+        "classes": dict(classes),
+        "slowest": [dict(instruction=name, label=table[name][1], measured_ms=times[name],
+                         bytes=table[name][3], flops=table[name][2]) for name in slowest],
+    }
 
 
 def cpu_peaks(repeats=5):
@@ -305,23 +398,39 @@ def main(argv=None):
                         help="compile for the CPU and measure its peaks (overrides --peak-tflops/--peak-gbps)")
     parser.add_argument("--gpu-target", action="store_true",
                         help="compile for an H100 without a GPU (benchmarks/gpu_compile.py): XLA:GPU's program")
-    parser.add_argument("--attention", default="keras-ops", choices=["keras-ops", "fused"],
-                        help="with --gpu-target: the self-attention's keras.ops path or the fused Pallas kernels")
+    parser.add_argument("--attention", choices=["keras-ops", "fused"],
+                        help="the self-attention's keras.ops path or the fused Pallas kernels (default: what "
+                             "the layer runs on the device, fused on a GPU; fused without one needs --gpu-target)")
+    parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
+                        help="also run the step and time each instruction under JAX's profiler over STEPS steps")
     parser.add_argument("--output", help="also write the JSON here")
     args = parser.parse_args(argv)
     if args.cpu and args.gpu_target:
         parser.error("--cpu and --gpu-target: choose one")
-    if args.attention == "fused" and not args.gpu_target:
-        parser.error("--attention fused compiles the Pallas kernels for a GPU: give --gpu-target too")
+    if args.profile < 0 or (args.profile and args.gpu_target):
+        parser.error(f"--profile {args.profile}: a number of steps (1 or more) to run on this machine's own "
+                     "device; --gpu-target's H100 runs nothing")
     if args.gpu_target:
         from benchmarks import gpu_compile
 
         gpu_compile.prepare_environment()
     if args.cpu:
         os.environ["JAX_PLATFORMS"] = "cpu"
+    if args.profile:
+        # Each kernel timed as its own instruction, not inside a CUDA graph of many.
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_gpu_enable_command_buffer=").strip()
     os.environ.setdefault("KERAS_BACKEND", "jax")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import jax
+
+    from keras_cait.layers.talking_heads_attention import FUSED_ATTENTION_VARIABLE
+
+    on_gpu = jax.default_backend() == "gpu"
+    if args.attention == "fused" and not (args.gpu_target or on_gpu):
+        parser.error("--attention fused runs the Pallas kernels on a GPU: give --gpu-target to compile for one")
+    attention = args.attention or ("fused" if on_gpu else "keras-ops")
+    if attention == "keras-ops":
+        os.environ[FUSED_ATTENTION_VARIABLE] = "0"
 
     from benchmarks.training import SMOKE, SMOKE_CLASSES, VARIANTS
 
@@ -332,13 +441,13 @@ def main(argv=None):
         batch, image_size, classes = args.batch, 224, 1000
     peaks = cpu_peaks() if args.cpu else (args.peak_tflops * 1e12, args.peak_gbps * 1e9)
     device = gpu_compile.h100() if args.gpu_target else None
-    if args.attention == "fused":
+    if attention == "fused" and args.gpu_target:
         # The layer runs the kernels where JAX's default device is a GPU; here it is the CPU
         # that compiles for one.
         from keras_cait.kernels import talking_heads_pallas
 
         talking_heads_pallas.on_gpu = lambda: True
-    compiled = training_step(config, batch, image_size, classes, args.precision, device)
+    compiled, values = training_step(config, batch, image_size, classes, args.precision, device)
     hlo = compiled.as_text()
     table = roofline(hlo, *peaks)
     analysis = compiled.cost_analysis()
@@ -348,11 +457,16 @@ def main(argv=None):
         "precision": args.precision,
         "array_dtypes": sorted({dtype for dtype, _ in ARRAY.findall(hlo) if dtype in ITEM_BYTES}),
         "device": f"{device.device_kind} (compile-only)" if device else jax.devices()[0].device_kind,
-        "attention": args.attention, "jax": jax.__version__,
+        "attention": attention, "jax": jax.__version__,
         "peaks": {"tflops": peaks[0] / 1e12, "gbps": peaks[1] / 1e9, "measured": args.cpu}, "classes": table,
         "total": {key: sum(row[key] for row in table.values()) for key in ("flops", "bytes", "bound_ms")},
         "xla_cost_analysis": {"flops": analysis.get("flops"), "bytes": analysis.get("bytes accessed")},
     }
+    if args.profile:
+        step_ms, times = profile_step(compiled, values(), args.profile)
+        result["profile"] = {"steps": args.profile, **measured(instructions(hlo), times, step_ms)}
+        for name, row in table.items():
+            row["measured_ms"] = result["profile"]["classes"].get(name, 0.0)
     return print_result(result, args.output)
 
 

@@ -12,9 +12,10 @@ cls_token; drop path 0.1; cross-entropy on logits); the input pipeline is not
 measured. keras_cait's step is `train_on_batch`, the step `model.fit` runs.
 
 On a GPU (the default), for CaiT-S24 and CaiT-XXS24 at 224, batch 128 (the
-paper's per GPU), the three paths side by side on the one GPU:
+paper's per GPU), the four paths side by side on the one GPU:
 
     keras         keras_cait under "mixed_bfloat16", XLA (JAX backend)
+    keras-unfused the same without the fused talking-heads attention (keras.ops)
     timm-eager    timm's model, torch.autocast(bfloat16), timm's AdamW param groups
     timm-compile  the same under torch.compile
 
@@ -72,7 +73,7 @@ SMOKE = dict(embed_dim=32, depth=1, num_heads=2, init_values=0.1, patch_size=8)
 SMOKE_CLASSES = 10
 DROP_PATH_RATE = 0.1
 LEARNING_RATE = 5e-4
-WORKERS = ("keras", "timm-eager", "timm-compile")
+WORKERS = ("keras", "keras-unfused", "timm-eager", "timm-compile")
 # Dense bf16 tensor-core peaks from NVIDIA's datasheets, in TFLOP/s.
 PEAK_BF16_TFLOPS = {"H100 PCIe": 756.0, "H100": 989.4, "H200": 989.4, "A100": 312.0}
 
@@ -181,19 +182,22 @@ def timm_training_step(config, classes, architecture, image_size, batch_size, de
 
 GPU_LABELS = {
     "keras": "keras_cait, JAX (XLA), `mixed_bfloat16`",
+    "keras-unfused": "keras_cait, JAX (XLA), `mixed_bfloat16`, keras.ops attention (KERAS_CAIT_FUSED_ATTENTION=0)",
     "timm-eager": "timm eager, `torch.autocast(bfloat16)`",
     "timm-compile": "timm + torch.compile, `torch.autocast(bfloat16)`",
 }
-# Three training workers share one GPU: none takes the whole memory up front.
+# The training workers share one GPU: none takes the whole memory up front.
 GPU_ENVIRONMENT = {"KERAS_BACKEND": "jax", "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
                    "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+# keras_cait's step without the fused talking-heads attention (docs/benchmarks.md), beside the one with it.
+GPU_PATH_ENVIRONMENT = {"keras-unfused": {"KERAS_CAIT_FUSED_ATTENTION": "0"}}
 
 
 def gpu_training_step(path, config, classes, architecture, image_size, batch_size, smoke):
     """(`run(_) -> loss` of one training step of `path` on a fixed random batch already on the
     device, `levers() -> dict` of what the worker ran on and with). Returning the loss as a
     number waits for the step, on either framework."""
-    if path == "keras":
+    if path in ("keras", "keras-unfused"):
         import jax
         import keras
         import numpy as np
@@ -212,6 +216,8 @@ def gpu_training_step(path, config, classes, architecture, image_size, batch_siz
                     "framework": f"keras {keras.__version__} (jax {jax.__version__}), mixed_bfloat16, "
                                  "train_on_batch (fit's step), XLA",
                     "compute_dtype": block.mlp_dense_1.dtype_policy.compute_dtype,
+                    "fused_attention_variable": os.environ.get("KERAS_CAIT_FUSED_ATTENTION"),
+                    "fused_attention": block.attention._runs_fused_kernel(False),
                     "device_peak_memory_mb": (device.memory_stats() or {}).get("peak_bytes_in_use", 0) / 2**20}
 
         return lambda _: np.asarray(model.train_on_batch(images, labels), "float32"), levers
@@ -274,7 +280,8 @@ def measure_gpu(args, logs):
         arguments = ["--model", model, "--batch-size", str(args.batch_size), "--image-size", str(args.image_size),
                      "--warmup", str(args.warmup)] + (["--smoke"] if args.smoke else [])
         workers = {path: Worker("benchmarks.training", path, arguments, os.path.join(logs, f"{model}-{path}.log"),
-                                environment=GPU_ENVIRONMENT) for path in paths}
+                                environment={**GPU_ENVIRONMENT, **GPU_PATH_ENVIRONMENT.get(path, {})})
+                   for path in paths}
         load_all(workers, model)
         speeds, _, memory = timed_rounds(workers, paths, [args.batch_size], args.rounds, args.seconds, model)
         for worker in workers.values():

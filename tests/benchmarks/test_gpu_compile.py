@@ -32,6 +32,9 @@ def test_without_jax_s_cuda_plugin_the_command_says_what_to_install(command):
     assert "Traceback" not in done.stderr
 
 
-def test_fused_attention_in_the_roofline_needs_the_gpu_target():
+def test_fused_attention_in_the_roofline_needs_a_gpu_or_the_gpu_target_which_runs_nothing():
     done = run("benchmarks.roofline", "--smoke", "--attention", "fused")
-    assert done.returncode == 2 and "--attention fused compiles the Pallas kernels for a GPU" in done.stderr
+    assert done.returncode == 2 and "--attention fused runs the Pallas kernels on a GPU: give --gpu-target" \
+        in done.stderr.splitlines()[-1], done.stderr[-2000:]
+    done = run("benchmarks.roofline", "--smoke", "--gpu-target", "--profile", "3")
+    assert done.returncode == 2 and "--profile 3: a number of steps" in done.stderr.splitlines()[-1], done.stderr

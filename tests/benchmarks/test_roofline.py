@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from benchmarks.roofline import op_class, roofline
+from benchmarks.roofline import instruction_times, measured, op_class, roofline
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -63,7 +63,7 @@ def test_xla_gpu_s_cublas_and_cudnn_calls_count_their_flops_and_not_their_worksp
 def test_smoke_run_adds_up_to_xla_s_own_cost_analysis(tmp_path):
     output = tmp_path / "roofline.json"
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.roofline", "--smoke", "--output", str(output)],
+        [sys.executable, "-m", "benchmarks.roofline", "--smoke", "--profile", "2", "--output", str(output)],
         env={**os.environ, "PYTHONPATH": REPOSITORY, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"},
         capture_output=True, text=True, timeout=900,
     )
@@ -76,6 +76,13 @@ def test_smoke_run_adds_up_to_xla_s_own_cost_analysis(tmp_path):
         assert row["bound_ms"] == pytest.approx(max(row["flops"] / 989.4e9, row["bytes"] / 3.35e9))
     assert result["precision"] == "mixed_bfloat16" and result["peaks"]["measured"] is False
     assert "bf16" in result["array_dtypes"]
+    # The profile: XLA:CPU's thunks, each found among the program's instructions and classed.
+    profile = result["profile"]
+    assert profile["steps"] == 2 and profile["instructions_ms"] > 0 and profile["unmatched_ms"] == 0, profile
+    assert sum(profile["classes"].values()) == pytest.approx(profile["instructions_ms"])
+    assert {"linear layers", "talking-heads attention", "optimizer"} <= {
+        name for name, row in result["classes"].items() if row["measured_ms"] > 0}
+    assert profile["slowest"][0]["measured_ms"] >= profile["slowest"][-1]["measured_ms"] > 0
 
 
 @pytest.mark.large
@@ -97,3 +104,24 @@ def test_a_cpu_roofline_in_float32_divides_by_the_peaks_it_measured(tmp_path):
             max(row["flops"] / peaks["tflops"] / 1e9, row["bytes"] / peaks["gbps"] / 1e6))
     # float32 throughout: no bfloat16 array anywhere in the step's program, which the default has.
     assert "f32" in result["array_dtypes"] and "bf16" not in result["array_dtypes"]
+
+
+def test_the_profile_times_each_instruction_of_the_step_per_step_on_the_gpu_when_there_is_one():
+    step = {"hlo_module": "jit_step", "hlo_op": "fusion.1"}
+    events = [("/host:CPU", 5e6, step),  # the host's launch of a kernel the GPU ran
+              ("/device:GPU:0", 3e6, step), ("/device:GPU:0", 1e6, step),
+              ("/device:GPU:0", 2e6, {"hlo_module": "jit_step", "hlo_op": "cublas-lt-matmul.2"}),
+              ("/device:GPU:0", 7e6, {"hlo_module": "jit_other", "hlo_op": "fusion.1"}),
+              ("/device:GPU:0", 9e6, {"name": "a memcpy"})]
+    assert instruction_times(events, steps=2) == {"fusion.1": 2.0, "cublas-lt-matmul.2": 1.0}
+    # Without a GPU: the host's thunks.
+    assert instruction_times([e for e in events if e[0] == "/host:CPU"], steps=5) == {"fusion.1": 1.0}
+
+
+def test_measured_times_go_to_their_instruction_s_class_and_the_rest_is_unmatched():
+    table = {"fusion.1": ("optimizer", "optimizer/sub", 10, 400), "dot.2": ("linear layers", "qkv/dot", 99, 80)}
+    result = measured(table, {"fusion.1": 1.5, "dot.2": 4.0, "fusion.9": 0.5}, step_ms=7.0)
+    assert result["classes"] == {"optimizer": 1.5, "linear layers": 4.0} and result["unmatched_ms"] == 0.5
+    assert result["instructions_ms"] == 6.0 and result["step_ms"] == 7.0
+    assert [row["instruction"] for row in result["slowest"]] == ["dot.2", "fusion.1"]
+    assert result["slowest"][0] == dict(instruction="dot.2", label="qkv/dot", measured_ms=4.0, bytes=80, flops=99)

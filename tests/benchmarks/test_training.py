@@ -62,7 +62,7 @@ def test_smoke_run_of_keras_jax_without_tensorflow_and_of_timm_in_turns(tmp_path
     # torch.compile is left out here (minutes of C++ compilation on a CPU); the GPU run has it.
     done = subprocess.run(
         [sys.executable, "-m", MODULE, "--smoke", "--rounds", "2",
-         "--workers", "keras,timm-eager", "--output", str(output)],
+         "--workers", "keras,keras-unfused,timm-eager", "--output", str(output)],
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), REPOSITORY])},
         cwd=tmp_path,  # the workers find benchmarks.training from any folder
         capture_output=True, text=True, timeout=600,
@@ -71,10 +71,14 @@ def test_smoke_run_of_keras_jax_without_tensorflow_and_of_timm_in_turns(tmp_path
     counts = re.search(r"analytic (\d+), FlopCounterMode (\d+)", done.stdout)
     assert counts and counts.group(1) == counts.group(2)
     rows = json.loads(output.read_text())["rows"]
-    assert [row["path"] for row in rows] == ["keras", "timm-eager"]
-    keras_row, timm_row = rows
-    assert "mixed_bfloat16" in keras_row["framework"] and keras_row["compute_dtype"] == "bfloat16"
-    assert keras_row["tensorflow_loaded"] is False
+    assert [row["path"] for row in rows] == ["keras", "keras-unfused", "timm-eager"]
+    keras_row, unfused_row, timm_row = rows
+    for row in (keras_row, unfused_row):
+        assert "mixed_bfloat16" in row["framework"] and row["compute_dtype"] == "bfloat16"
+        assert row["tensorflow_loaded"] is False
+    # The fused kernel runs on a GPU only; the unfused worker turns it off there.
+    assert keras_row["fused_attention_variable"] is None and keras_row["fused_attention"] is False
+    assert unfused_row["fused_attention_variable"] == "0" and unfused_row["fused_attention"] is False
     assert timm_row["logits_dtype"] == "bfloat16"  # under autocast
     for row in rows:
         assert len(row["rounds"]) == 2 and row["images_per_second"] == statistics.median(row["rounds"])
