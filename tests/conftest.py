@@ -1,7 +1,13 @@
 import functools
 import os
+import signal
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# A suite started as a background job (`pytest ... &` in a script) runs with Ctrl-C ignored, and
+# the commands its tests start would inherit that: the tests that interrupt them need the Ctrl-C
+# of a terminal.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 try:
