@@ -231,11 +231,12 @@ def instructions(hlo_text):
     return table
 
 
-def roofline(hlo_text, peak_flops=PEAK_FLOPS, peak_bytes=PEAK_BYTES):
-    """Per class: FLOPs, bytes, instructions, the time at the peaks (FLOP/s, bytes/s) and the heaviest op_names."""
+def roofline(hlo_text, peak_flops=PEAK_FLOPS, peak_bytes=PEAK_BYTES, table=None):
+    """Per class: FLOPs, bytes, instructions, the time at the peaks (FLOP/s, bytes/s) and the
+    heaviest op_names; `table`: the program's `instructions`, when already read."""
     rows = {name: collections.Counter() for name in CLASSES}
     heaviest = {name: collections.Counter() for name in CLASSES}
-    for kind, label, flops, size in instructions(hlo_text).values():
+    for kind, label, flops, size in (table or instructions(hlo_text)).values():
         rows[kind]["flops"] += flops
         rows[kind]["bytes"] += size
         rows[kind]["instructions"] += 1
@@ -449,7 +450,8 @@ def main(argv=None):
         talking_heads_pallas.on_gpu = lambda: True
     compiled, values = training_step(config, batch, image_size, classes, args.precision, device)
     hlo = compiled.as_text()
-    table = roofline(hlo, *peaks)
+    program = instructions(hlo)
+    table = roofline(hlo, *peaks, table=program)
     analysis = compiled.cost_analysis()
     analysis = (analysis[0] if isinstance(analysis, list) else analysis) or {}  # none for a compile-only device
     result = {
@@ -464,7 +466,7 @@ def main(argv=None):
     }
     if args.profile:
         step_ms, times = profile_step(compiled, values(), args.profile)
-        result["profile"] = {"steps": args.profile, **measured(instructions(hlo), times, step_ms)}
+        result["profile"] = {"steps": args.profile, **measured(program, times, step_ms)}
         for name, row in table.items():
             row["measured_ms"] = result["profile"]["classes"].get(name, 0.0)
     return print_result(result, args.output)
