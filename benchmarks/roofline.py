@@ -231,12 +231,12 @@ def instructions(hlo_text):
     return table
 
 
-def roofline(hlo_text, peak_flops=PEAK_FLOPS, peak_bytes=PEAK_BYTES, table=None):
-    """Per class: FLOPs, bytes, instructions, the time at the peaks (FLOP/s, bytes/s) and the
-    heaviest op_names; `table`: the program's `instructions`, when already read."""
+def roofline(program, peak_flops=PEAK_FLOPS, peak_bytes=PEAK_BYTES):
+    """Per class of the program's `instructions`: FLOPs, bytes, instructions, the time at the peaks
+    (FLOP/s, bytes/s) and the heaviest op_names."""
     rows = {name: collections.Counter() for name in CLASSES}
     heaviest = {name: collections.Counter() for name in CLASSES}
-    for kind, label, flops, size in (table or instructions(hlo_text)).values():
+    for kind, label, flops, size in program.values():
         rows[kind]["flops"] += flops
         rows[kind]["bytes"] += size
         rows[kind]["instructions"] += 1
@@ -350,8 +350,8 @@ def profile_step(compiled, arguments, steps):
 
 
 def measured(table, times, step_ms, top=15):
-    """The profile beside the roofline: each class's measured ms per step and its bound's share of
-    it, what ran outside the entry computation's instructions, and the slowest instructions."""
+    """The profile beside the roofline: each class's measured ms per step, what ran outside the
+    entry computation's instructions, and the slowest instructions."""
     classes = collections.Counter()
     for name, ms in times.items():
         classes[table[name][0] if name in table else "unmatched"] += ms
@@ -451,7 +451,7 @@ def main(argv=None):
     compiled, values = training_step(config, batch, image_size, classes, args.precision, device)
     hlo = compiled.as_text()
     program = instructions(hlo)
-    table = roofline(hlo, *peaks, table=program)
+    table = roofline(program, *peaks)
     analysis = compiled.cost_analysis()
     analysis = (analysis[0] if isinstance(analysis, list) else analysis) or {}  # none for a compile-only device
     result = {

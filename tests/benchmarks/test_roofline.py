@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from benchmarks.roofline import instruction_times, measured, op_class, roofline
+from benchmarks.roofline import instruction_times, instructions, measured, op_class, roofline
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -50,7 +50,7 @@ ENTRY %main (p0: bf16[{m},{k}], p1: bf16[{k},{n}], p2: bf16[{n}], p3: bf16[2,32,
 
 def test_xla_gpu_s_cublas_and_cudnn_calls_count_their_flops_and_not_their_workspace():
     m, k, n, c = 96, 40, 24, 8
-    table = roofline(GPU_PROGRAM.format(m=m, k=k, n=n, c=c))
+    table = roofline(instructions(GPU_PROGRAM.format(m=m, k=k, n=n, c=c)))
     linear = table["linear layers"]
     assert linear["flops"] == 2 * m * n * k + 2 * (2 * 2 * 2 * c) * (16 * 16 * 3)
     # Bytes: each call's operands and its result, not the scratch workspace beside it.
