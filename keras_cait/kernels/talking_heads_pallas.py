@@ -103,61 +103,78 @@ def talking_heads_attention(query, key, value, pre_softmax_mix, post_softmax_mix
     """
     if not query.dtype == key.dtype == value.dtype:
         raise ValueError(f"query, key, value of dtypes {query.dtype}, {key.dtype}, {value.dtype}: give one dtype.")
+    return talking_heads_attention_qkv(jnp.stack([query, key, value], axis=2), pre_softmax_mix, post_softmax_mix,
+                                       post_softmax_bias, scale=scale, interpret=interpret)
+
+
+def talking_heads_attention_qkv(qkv, pre_softmax_mix, post_softmax_mix, post_softmax_bias, *, scale,
+                                interpret=None):
+    """`talking_heads_attention` on q, k, v as one `(batch, tokens, 3, heads, head_dim)` tensor.
+
+    This is the layer's qkv projection `(batch, tokens, 3 · heads · head_dim)` reshaped, which
+    costs no copy: the kernels read q, k and v from it where they lie, and the backward pass
+    writes dq, dk and dv into one such tensor, the projection's gradient.
+    """
     return _attention(
-        query, key, value,
-        jnp.asarray(pre_softmax_mix, jnp.float32), jnp.asarray(post_softmax_mix, jnp.float32),
+        qkv, jnp.asarray(pre_softmax_mix, jnp.float32), jnp.asarray(post_softmax_mix, jnp.float32),
         jnp.asarray(post_softmax_bias, jnp.float32),
         float(scale), not on_gpu() if interpret is None else bool(interpret),
     )
+
+
+QUERY, KEY, VALUE = 0, 1, 2  # the parts of the qkv tensor's third axis
 
 
 def _padded(size):
     return max(MIN_SIDE, pl.next_power_of_2(size))
 
 
-def _heads_first(tensor):
-    """(B, N, H, d) -> (B, H, N_p, d_p), zero-padded: one copy."""
-    _, tokens, _, head_dim = tensor.shape
-    padding = ((0, 0), (0, 0), (0, _padded(tokens) - tokens), (0, _padded(head_dim) - head_dim))
-    return jnp.pad(jnp.transpose(tensor, (0, 2, 1, 3)), padding)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def _attention(qkv, pre, post, bias, scale, interpret):
+    return _forward(qkv, pre, post, bias, scale, interpret)[0]
 
 
-def _tokens_first(tensor, like):
-    """The inverse of `_heads_first`: (B, H, N_p, d_p) -> the shape of `like`, (B, N, H, d)."""
-    _, tokens, _, head_dim = like.shape
-    return jnp.transpose(tensor[:, :, :tokens, :head_dim], (0, 2, 1, 3))
-
-
-# The padding happens inside the custom VJP, so that the backward pass keeps the unpadded
-# q, k, v (which the layer has anyway) and pads them again, rather than three padded copies.
-@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7))
-def _attention(query, key, value, pre, post, bias, scale, interpret):
-    return _attention_forward(query, key, value, pre, post, bias, scale, interpret)[0]
-
-
-def _attention_forward(query, key, value, pre, post, bias, scale, interpret):
-    tokens = query.shape[1]
-    outputs, logsumexp = _forward(
-        _heads_first(query), _heads_first(key), _heads_first(value), pre, post, bias, tokens, scale, interpret
-    )
-    return _tokens_first(outputs, query), (query, key, value, pre, post, bias, logsumexp)
+def _attention_forward(qkv, pre, post, bias, scale, interpret):
+    outputs, logsumexp = _forward(qkv, pre, post, bias, scale, interpret)
+    return outputs, (qkv, pre, post, bias, logsumexp)
 
 
 def _attention_backward(scale, interpret, residuals, d_outputs):
-    query, key, value, pre, post, bias, logsumexp = residuals
-    padded = [_heads_first(x) for x in (query, key, value, d_outputs)]
-    d_query, delta, d_pre, d_post, d_bias = _backward_queries(*padded, logsumexp, pre, post, scale, interpret)
-    d_key, d_value = _backward_keys(*padded, logsumexp, delta, pre, post, bias, scale, interpret)
-    return (
-        _tokens_first(d_query, query), _tokens_first(d_key, key), _tokens_first(d_value, value),
-        d_pre.sum((0, 1)), d_post.sum((0, 1)), d_bias.sum((0, 1)),
-    )
+    qkv, pre, post, bias, logsumexp = residuals
+    d_qkv, delta, d_pre, d_post, d_bias = _backward_queries(qkv, d_outputs, logsumexp, pre, post, scale, interpret)
+    # dk and dv go into the same tensor as dq: the key kernel's output is the query kernel's.
+    d_qkv = _backward_keys(qkv, d_outputs, logsumexp, delta, pre, post, bias, d_qkv, scale, interpret)
+    return d_qkv, d_pre.sum((0, 1)), d_post.sum((0, 1)), d_bias.sum((0, 1))
 
 
 _attention.defvjp(_attention_forward, _attention_backward)
 
 
 # === Pieces of the kernels (on tiles; `mix[h][g]` are scalars read from a kernel's ref) ===
+
+def _where(ref, start, size, index):
+    """The index of rows [start, start + size) of `ref[:, *index, :]`, all channels padded to d_p,
+    and the mask of what lies inside the tensor (rows below N, channels below d)."""
+    tokens, dim = ref.shape[0], ref.shape[-1]
+    padded_dim = _padded(dim)
+    rows = start + lax.broadcasted_iota(jnp.int32, (size, padded_dim), 0)
+    channels = lax.broadcasted_iota(jnp.int32, (size, padded_dim), 1)
+    at = ref.at[(pl.ds(start, size), *(jnp.int32(i) for i in index), pl.ds(0, padded_dim))]
+    return at, (rows < tokens) & (channels < dim)
+
+
+def _load(ref, start, size, *index):
+    """A (size, d_p) tile of `ref[start:start + size, *index, :]`; what lies past the N tokens or the d
+    channels reads as zero."""
+    at, inside = _where(ref, start, size, index)
+    return pltriton.load(at, mask=inside, other=jnp.zeros((), ref.dtype))
+
+
+def _store(ref, start, tile, *index):
+    """Writes the inside of a (size, d_p) tile to `ref[start:start + size, *index, :]`."""
+    at, inside = _where(ref, start, tile.shape[0], index)
+    pltriton.store(at, tile.astype(ref.dtype), mask=inside)
+
 
 def _scalars(ref, heads):
     return [[ref[h, g] for g in range(heads)] for h in range(heads)]
@@ -190,11 +207,19 @@ def _logits(query_of, key_of, heads, scale):
     return [_dot_bt(query_of(h), key_of(h)) * scale for h in range(heads)]
 
 
+def _tile_start(block):
+    return pl.multiple_of(pl.program_id(1) * block, block)
+
+
 # === Forward ===
 
-def _forward_kernel(q_ref, k_ref, v_ref, pre_ref, post_ref, bias_ref, out_ref, lse_ref, *, heads, tokens, scale):
+def _forward_kernel(qkv_ref, pre_ref, post_ref, bias_ref, out_ref, lse_ref, *, scale):
+    tokens, _, heads, _ = qkv_ref.shape
+    padded, block = _padded(tokens), lse_ref.shape[-1]
+    start = _tile_start(block)
     pre, post = _scalars(pre_ref, heads), _scalars(post_ref, heads)
-    logits = _logits(q_ref.__getitem__, k_ref.__getitem__, heads, scale)
+    logits = _logits(lambda h: _load(qkv_ref, start, block, QUERY, h), lambda h: _load(qkv_ref, 0, padded, KEY, h),
+                     heads, scale)
     keys = lax.broadcasted_iota(jnp.int32, logits[0].shape, 1) < tokens  # padded keys leave the softmax
     probabilities = []
     for g in range(heads):
@@ -205,17 +230,19 @@ def _forward_kernel(q_ref, k_ref, v_ref, pre_ref, post_ref, bias_ref, out_ref, l
         probabilities.append(exponentials / total[:, None])
         lse_ref[g, :] = top + jnp.log(total)
     for g in range(heads):
+        # A padded key's weight is b_w[g], not zero: its row of v, read as zeros, takes it away.
         weights = _mix(probabilities, post, g) + bias_ref[g]
-        out_ref[g] = _dot(weights.astype(v_ref.dtype), v_ref[g]).astype(out_ref.dtype)
+        _store(out_ref, start, _dot(weights.astype(qkv_ref.dtype), _load(qkv_ref, 0, padded, VALUE, g)), g)
 
 
-def _specs(heads, block, padded, dim):
-    """BlockSpecs on a (batch, tiles) grid: a tile of rows, all rows, the mixes, per-tile partial sums."""
+def _specs(heads, block, tokens, dim, rows):
+    """BlockSpecs on a (batch, tiles) grid: a batch element's whole qkv, outputs (or their gradient),
+    a tile of row statistics (logsumexp, δ) or all of them, the mixes, per-tile partial sums."""
     return dict(
-        rows=pl.BlockSpec((None, heads, block, dim), lambda b, i: (b, 0, i, 0)),
-        all_rows=pl.BlockSpec((None, heads, padded, dim), lambda b, i: (b, 0, 0, 0)),
+        qkv=pl.BlockSpec((None, tokens, 3, heads, dim), lambda b, i: (b, 0, 0, 0, 0)),
+        outputs=pl.BlockSpec((None, tokens, heads, dim), lambda b, i: (b, 0, 0, 0)),
         row_stats=pl.BlockSpec((None, heads, block), lambda b, i: (b, 0, i)),
-        all_row_stats=pl.BlockSpec((None, heads, padded), lambda b, i: (b, 0, 0)),
+        all_row_stats=pl.BlockSpec((None, heads, rows), lambda b, i: (b, 0, 0)),
         mix=pl.BlockSpec((heads, heads), lambda b, i: (0, 0)),
         bias=pl.BlockSpec((heads,), lambda b, i: (0,)),
         tile_mix=pl.BlockSpec((None, None, heads, heads), lambda b, i: (b, i, 0, 0)),
@@ -223,38 +250,56 @@ def _specs(heads, block, padded, dim):
     )
 
 
-def _call(kernel, grid, in_specs, out_specs, out_shape, interpret, name):
+def _geometry(qkv):
+    """(batch, tokens, heads, dim, block, tiles): T_q = T_k, and the tiles that cover the N tokens."""
+    batch, tokens, _, heads, dim = qkv.shape
+    block = min(BLOCK_QUERIES, _padded(tokens))
+    return batch, tokens, heads, dim, block, pl.cdiv(tokens, block)
+
+
+def _call(kernel, grid, in_specs, out_specs, out_shape, interpret, name, **kwargs):
     return pl.pallas_call(
         kernel, grid=grid, in_specs=in_specs, out_specs=out_specs, out_shape=out_shape,
-        compiler_params=pltriton.CompilerParams(num_warps=NUM_WARPS), interpret=interpret, name=name,
+        compiler_params=pltriton.CompilerParams(num_warps=NUM_WARPS), interpret=interpret, name=name, **kwargs,
     )
 
 
-def _forward(query, key, value, pre, post, bias, tokens, scale, interpret):
-    batch, heads, padded, dim = query.shape
-    block = min(BLOCK_QUERIES, padded)
-    spec = _specs(heads, block, padded, dim)
+def _forward(qkv, pre, post, bias, scale, interpret):
+    batch, tokens, heads, dim, block, tiles = _geometry(qkv)
+    spec = _specs(heads, block, tokens, dim, tiles * block)
     call = _call(
-        functools.partial(_forward_kernel, heads=heads, tokens=tokens, scale=scale),
-        (batch, padded // block),
-        [spec["rows"], spec["all_rows"], spec["all_rows"], spec["mix"], spec["mix"], spec["bias"]],
-        [spec["rows"], spec["row_stats"]],
-        [jax.ShapeDtypeStruct(query.shape, query.dtype), jax.ShapeDtypeStruct((batch, heads, padded), jnp.float32)],
+        functools.partial(_forward_kernel, scale=scale),
+        (batch, tiles),
+        [spec["qkv"], spec["mix"], spec["mix"], spec["bias"]],
+        [spec["outputs"], spec["row_stats"]],
+        [jax.ShapeDtypeStruct((batch, tokens, heads, dim), qkv.dtype),
+         jax.ShapeDtypeStruct((batch, heads, tiles * block), jnp.float32)],
         interpret, "talking_heads_attention_forward",
     )
-    return call(query, key, value, pre, post, bias)
+    return call(qkv, pre, post, bias)
 
 
 # === Backward over query tiles: dq, δ and the mixes' gradients ===
 
-def _backward_queries_kernel(q_ref, k_ref, v_ref, dout_ref, lse_ref, pre_ref, post_ref,
-                             dq_ref, delta_ref, dpre_ref, dpost_ref, dbias_ref, *, heads, scale):
+def _backward_queries_kernel(qkv_ref, dout_ref, lse_ref, pre_ref, post_ref,
+                             dqkv_ref, delta_ref, dpre_ref, dpost_ref, dbias_ref, *, scale):
+    tokens, _, heads, _ = qkv_ref.shape
+    padded, block = _padded(tokens), lse_ref.shape[-1]
+    start = _tile_start(block)
     pre, post = _scalars(pre_ref, heads), _scalars(post_ref, heads)
-    logits = _logits(q_ref.__getitem__, k_ref.__getitem__, heads, scale)
-    # Not masked: a padded key's (wrong) probabilities only ever meet zeros, its dS' (v is padded
-    # with zeros), its logits and its rows of k, so nothing of them reaches dq or the mixes.
+
+    def query(h):
+        return _load(qkv_ref, start, block, QUERY, h)
+
+    def key(h):
+        return _load(qkv_ref, 0, padded, KEY, h)
+
+    logits = _logits(query, key, heads, scale)
+    # Not masked: a padded key's (wrong) probabilities only ever meet zeros, its dS' (its row of v
+    # reads as zeros), its logits and its row of k, so nothing of them reaches dq or the mixes.
     probabilities = [jnp.exp(_mix(logits, pre, g) - lse_ref[g][:, None]) for g in range(heads)]
-    d_weights = [_dot_bt(dout_ref[g], v_ref[g]) for g in range(heads)]  # dS'_g
+    d_weights = [_dot_bt(_load(dout_ref, start, block, g), _load(qkv_ref, 0, padded, VALUE, g))
+                 for g in range(heads)]  # dS'_g
     for g in range(heads):
         dbias_ref[g] = jnp.sum(d_weights[g])
         for h in range(heads):
@@ -270,57 +315,59 @@ def _backward_queries_kernel(q_ref, k_ref, v_ref, dout_ref, lse_ref, pre_ref, po
     for h in range(heads):
         # A_h again, one head at a time: kept from the top, the logits of every head would stay
         # live beside the probabilities, dS' and dA' (4H tiles: registers spill, see the docstring).
-        logit = _dot_bt(q_ref[h], k_ref[h]) * scale
+        logit = _dot_bt(query(h), key(h)) * scale
         for g in range(heads):
             dpre_ref[h, g] = jnp.sum(logit * d_logits[g])
         d_logit = _mix(d_logits, transposed_pre, h)  # dA_h = Σ_g P_l[h, g] dA'_g
-        dq_ref[h] = (_dot(d_logit.astype(k_ref.dtype), k_ref[h]) * scale).astype(dq_ref.dtype)  # k_h again
+        _store(dqkv_ref, start, _dot(d_logit.astype(qkv_ref.dtype), key(h)) * scale, QUERY, h)  # k_h again
 
 
-def _backward_queries(query, key, value, d_outputs, logsumexp, pre, post, scale, interpret):
-    batch, heads, padded, dim = query.shape
-    block = min(BLOCK_QUERIES, padded)
-    tiles = padded // block
-    spec = _specs(heads, block, padded, dim)
+def _backward_queries(qkv, d_outputs, logsumexp, pre, post, scale, interpret):
+    batch, tokens, heads, dim, block, tiles = _geometry(qkv)
+    spec = _specs(heads, block, tokens, dim, tiles * block)
     call = _call(
-        functools.partial(_backward_queries_kernel, heads=heads, scale=scale),
+        functools.partial(_backward_queries_kernel, scale=scale),
         (batch, tiles),
-        [spec["rows"], spec["all_rows"], spec["all_rows"], spec["rows"], spec["row_stats"], spec["mix"],
-         spec["mix"]],
-        [spec["rows"], spec["row_stats"], spec["tile_mix"], spec["tile_mix"], spec["tile_bias"]],
+        [spec["qkv"], spec["outputs"], spec["row_stats"], spec["mix"], spec["mix"]],
+        [spec["qkv"], spec["row_stats"], spec["tile_mix"], spec["tile_mix"], spec["tile_bias"]],
         [
-            jax.ShapeDtypeStruct(query.shape, query.dtype),
-            jax.ShapeDtypeStruct((batch, heads, padded), jnp.float32),
+            jax.ShapeDtypeStruct(qkv.shape, qkv.dtype),  # dq here; dk and dv from the key kernel
+            jax.ShapeDtypeStruct((batch, heads, tiles * block), jnp.float32),
             jax.ShapeDtypeStruct((batch, tiles, heads, heads), jnp.float32),
             jax.ShapeDtypeStruct((batch, tiles, heads, heads), jnp.float32),
             jax.ShapeDtypeStruct((batch, tiles, heads), jnp.float32),
         ],
         interpret, "talking_heads_attention_backward_queries",
     )
-    return call(query, key, value, d_outputs, logsumexp, pre, post)
+    return call(qkv, d_outputs.astype(qkv.dtype), logsumexp, pre, post)
 
 
 # === Backward over key tiles: dk, dv ===
 
-def _backward_keys_kernel(q_ref, k_ref, v_ref, dout_ref, lse_ref, delta_ref, pre_ref, post_ref, bias_ref,
-                          dk_ref, dv_ref, *, heads, scale, block_queries):
+def _backward_keys_kernel(qkv_ref, dout_ref, lse_ref, delta_ref, pre_ref, post_ref, bias_ref, _, dqkv_ref, *,
+                          scale, block_queries):
+    tokens, _, heads, _ = qkv_ref.shape
+    block_keys = min(BLOCK_KEYS, _padded(tokens))
+    start = _tile_start(block_keys)
     pre, post = _scalars(pre_ref, heads), _scalars(post_ref, heads)
     transposed_post = [[post[g][h] for g in range(heads)] for h in range(heads)]
     transposed_pre = [[pre[g][h] for g in range(heads)] for h in range(heads)]
-    key_tiles, value_tiles = [k_ref[h] for h in range(heads)], [v_ref[h] for h in range(heads)]
-    block_keys, dim = key_tiles[0].shape
+    key_tiles = [_load(qkv_ref, start, block_keys, KEY, h) for h in range(heads)]
+    value_tiles = [_load(qkv_ref, start, block_keys, VALUE, h) for h in range(heads)]
+    dim = key_tiles[0].shape[1]
 
     def query_tile(i, gradients):
         d_keys, d_values = list(gradients[0]), list(gradients[1])
-        rows = pl.ds(pl.multiple_of(i * block_queries, block_queries), block_queries)
-        query_tiles = [q_ref[h, rows, :] for h in range(heads)]
+        first = pl.multiple_of(i * block_queries, block_queries)
+        rows = pl.ds(first, block_queries)
+        query_tiles = [_load(qkv_ref, first, block_queries, QUERY, h) for h in range(heads)]
         logits = _logits(query_tiles.__getitem__, key_tiles.__getitem__, heads, scale)
         # Not masked: a padded key's (wrong) probabilities reach only its own rows of dk and dv,
-        # which are sliced off.
+        # which are not written. A padded query's q and dO read as zeros: it adds nothing.
         probabilities = [jnp.exp(_mix(logits, pre, g) - lse_ref[g, rows][:, None]) for g in range(heads)]
         d_weights = []
         for g in range(heads):
-            d_out = dout_ref[g, rows, :]
+            d_out = _load(dout_ref, first, block_queries, g)
             weights = _mix(probabilities, post, g) + bias_ref[g]
             d_values[g] = d_values[g] + _dot_at(weights.astype(d_out.dtype), d_out)
             d_weights.append(_dot_bt(d_out, value_tiles[g]))
@@ -330,27 +377,27 @@ def _backward_keys_kernel(q_ref, k_ref, v_ref, dout_ref, lse_ref, delta_ref, pre
         ]
         for h in range(heads):
             d_logit = _mix(d_logits, transposed_pre, h)
-            d_keys[h] = d_keys[h] + _dot_at(d_logit.astype(q_ref.dtype), query_tiles[h]) * scale
+            d_keys[h] = d_keys[h] + _dot_at(d_logit.astype(qkv_ref.dtype), query_tiles[h]) * scale
         return tuple(d_keys), tuple(d_values)
 
     zeros = tuple(jnp.zeros((block_keys, dim), jnp.float32) for _ in range(heads))
-    d_keys, d_values = lax.fori_loop(0, q_ref.shape[1] // block_queries, query_tile, (zeros, zeros))
+    d_keys, d_values = lax.fori_loop(0, lse_ref.shape[-1] // block_queries, query_tile, (zeros, zeros))
     for h in range(heads):
-        dk_ref[h] = d_keys[h].astype(dk_ref.dtype)
-        dv_ref[h] = d_values[h].astype(dv_ref.dtype)
+        _store(dqkv_ref, start, d_keys[h], KEY, h)
+        _store(dqkv_ref, start, d_values[h], VALUE, h)
 
 
-def _backward_keys(query, key, value, d_outputs, logsumexp, delta, pre, post, bias, scale, interpret):
-    batch, heads, padded, dim = query.shape
-    block = min(BLOCK_KEYS, padded)
-    spec = _specs(heads, block, padded, dim)
+def _backward_keys(qkv, d_outputs, logsumexp, delta, pre, post, bias, d_qkv, scale, interpret):
+    batch, tokens, heads, dim, block, tiles = _geometry(qkv)
+    spec = _specs(heads, block, tokens, dim, tiles * block)
     call = _call(
-        functools.partial(_backward_keys_kernel, heads=heads, scale=scale, block_queries=min(BLOCK_QUERIES, padded)),
-        (batch, padded // block),
-        [spec["all_rows"], spec["rows"], spec["rows"], spec["all_rows"], spec["all_row_stats"],
-         spec["all_row_stats"], spec["mix"], spec["mix"], spec["bias"]],
-        [spec["rows"], spec["rows"]],
-        [jax.ShapeDtypeStruct(key.shape, key.dtype), jax.ShapeDtypeStruct(value.shape, value.dtype)],
+        functools.partial(_backward_keys_kernel, scale=scale, block_queries=block),
+        (batch, pl.cdiv(tokens, min(BLOCK_KEYS, _padded(tokens)))),
+        [spec["qkv"], spec["outputs"], spec["all_row_stats"], spec["all_row_stats"], spec["mix"], spec["mix"],
+         spec["bias"], spec["qkv"]],
+        spec["qkv"],
+        jax.ShapeDtypeStruct(qkv.shape, qkv.dtype),
         interpret, "talking_heads_attention_backward_keys",
+        input_output_aliases={7: 0},  # d_qkv, holding dq: this kernel adds dk and dv
     )
-    return call(query, key, value, d_outputs, logsumexp, delta, pre, post, bias)
+    return call(qkv, d_outputs.astype(qkv.dtype), logsumexp, delta, pre, post, bias, d_qkv)

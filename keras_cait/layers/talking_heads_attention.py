@@ -152,25 +152,27 @@ class TalkingHeadsAttention(keras.layers.Layer):
     def call(self, inputs, return_attention_scores=False):
         batch, tokens, channels = ops.shape(inputs)
         head_dim = channels // self.num_heads
-        # The projection's columns are [q | k | v], each head after head. They are split
-        # before the heads are moved forward: the gradient of a split is one concat, while
-        # indexing a transposed (3, B, H, N, d) tensor gives each of q, k, v a zero-filled
-        # gradient of the whole (15 % of a block's training step on TensorFlow).
-        parts = [
-            ops.reshape(part, (batch, tokens, self.num_heads, head_dim))
-            for part in ops.split(self.qkv(inputs), 3, axis=-1)
-        ]
+        # The projection's columns are [q | k | v], each head after head.
+        projected = self.qkv(inputs)
         if self._runs_fused_kernel(return_attention_scores):
-            from keras_cait.kernels.talking_heads_pallas import talking_heads_attention
+            from keras_cait.kernels.talking_heads_pallas import talking_heads_attention_qkv
 
-            outputs = talking_heads_attention(
-                *parts,
+            # The kernels read q, k, v where the projection put them (a reshape, no copy).
+            outputs = talking_heads_attention_qkv(
+                ops.reshape(projected, (batch, tokens, 3, self.num_heads, head_dim)),
                 ops.cast(self.pre_softmax_head_mix.kernel, "float32"),
                 ops.cast(self.post_softmax_head_mix.kernel, "float32"),
                 ops.cast(self.post_softmax_head_mix.bias, "float32"),
                 scale=head_dim**-0.5,
             )
             return self.output_projection(ops.reshape(outputs, (batch, tokens, channels)))
+        # Split before the heads are moved forward: the gradient of a split is one concat, while
+        # indexing a transposed (3, B, H, N, d) tensor gives each of q, k, v a zero-filled
+        # gradient of the whole (15 % of a block's training step on TensorFlow).
+        parts = [
+            ops.reshape(part, (batch, tokens, self.num_heads, head_dim))
+            for part in ops.split(projected, 3, axis=-1)
+        ]
         query, key, value = (ops.transpose(part, (0, 2, 1, 3)) for part in parts)
         query = query * ops.cast(head_dim**-0.5, query.dtype)
 

@@ -7,6 +7,7 @@ Keras layer on the JAX backend runs in its own process (tests/kernels/keras_laye
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 from jax import export
 
-from keras_cait.kernels.talking_heads_pallas import talking_heads_attention
+from keras_cait.kernels.talking_heads_pallas import talking_heads_attention, talking_heads_attention_qkv
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Interpreted kernels are large XLA:CPU programs: compiling them unoptimised halves the test's time.
@@ -97,29 +98,34 @@ def test_outputs_and_every_gradient_match_the_equations(batch, tokens, heads, he
 
 
 @pytest.mark.large  # 3.9 s on 2 cores, 6 s busy
-def test_the_kernels_lower_to_triton_for_a_gpu():
+def test_the_kernels_lower_to_triton_for_a_gpu_and_read_qkv_where_it_lies():
     """Forward and both backward kernels pass Pallas' Triton lowering at CaiT-S24's shape (no GPU needed:
-    this checks the block shapes and operations Triton accepts, not Triton's compilation to PTX)."""
-    shape = jax.ShapeDtypeStruct((2, 197, 8, 48), jnp.bfloat16)
+    this checks the block shapes and operations Triton accepts, not Triton's compilation to PTX). Between
+    the layer's qkv projection and its output projection the program has nothing but the three kernels:
+    no pad, transpose, slice or concatenate copies q, k, v, their gradients or the output."""
+    qkv = jax.ShapeDtypeStruct((2, 197, 3, 8, 48), jnp.bfloat16)
     mix, bias = jax.ShapeDtypeStruct((8, 8), jnp.float32), jax.ShapeDtypeStruct((8,), jnp.float32)
 
-    def loss(query, key, value, pre_mix, post_mix, post_bias):
-        outputs = talking_heads_attention(query, key, value, pre_mix, post_mix, post_bias, scale=48**-0.5,
-                                          interpret=False)
+    def loss(qkv, pre_mix, post_mix, post_bias):
+        outputs = talking_heads_attention_qkv(qkv, pre_mix, post_mix, post_bias, scale=48**-0.5, interpret=False)
         return jnp.sum(outputs.astype(jnp.float32))
 
     triton = "__gpu$xla.gpu.triton"
     exported = export.export(
-        jax.jit(jax.value_and_grad(loss, argnums=range(6))), platforms=["cuda"],
+        jax.jit(jax.value_and_grad(loss, argnums=range(4))), platforms=["cuda"],
         disabled_checks=[export.DisabledSafetyCheck.custom_call(triton)],
-    )(shape, shape, shape, mix, mix, bias)
-    calls = [line for line in exported.mlir_module().splitlines() if triton in line]
+    )(qkv, mix, mix, bias)
+    module = exported.mlir_module()
+    calls = [line for line in module.splitlines() if triton in line]
     names = sorted(line.split('name = "')[1].split('"')[0] for line in calls)
     assert names == [
         "talking_heads_attention_backward_keys",
         "talking_heads_attention_backward_queries",
         "talking_heads_attention_forward",
     ]
+    copies = sorted({op for op in re.findall(r"stablehlo\.(\w+)", module)
+                     if op in ("pad", "transpose", "slice", "dynamic_slice", "concatenate", "gather")})
+    assert copies == [], f"layout copies around the kernels: {copies}"
 
 
 def test_query_key_and_value_must_share_a_dtype():
