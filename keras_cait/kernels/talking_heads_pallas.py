@@ -35,27 +35,36 @@ Three kernels, each program one batch element and one tile:
   FlashAttention-2's backward does (dk, dv sum over every query: a kernel over
   query tiles would have to write a partial dk, dv per tile).
 
-Stored for the backward pass: the logsumexp L, (batch, heads, N_p) float32, beside the
-unpadded q, k, v (the kernels pad them again); δ, of L's size, lives only during the backward
-pass. At CaiT-S24's self-attention, batch 128, `mixed_bfloat16`, the layer keeps 94.0 MiB for
-its backward pass (L: 1.0 MiB) where the keras.ops path keeps 469.7 MiB, mostly the
-(batch, heads, N, N) softmax in float32 and the logits, probabilities and mixed weights in
-bfloat16 (`python -m benchmarks.talking_heads_kernel --residuals-only`).
+Where q, k, v lie: the kernels read them from the layer's qkv projection, `(batch, N, 3C)`
+viewed as `(batch, N, 3, H, d)` (a reshape, no copy), and write O as `(batch, N, H, d)`, which
+the output projection reads as it is. The backward pass writes dq, dk and dv into one tensor of
+the qkv's shape, the projection's gradient: the query kernel writes dq into it and the key
+kernel, given that tensor as its own output (aliased), adds dk and dv. No pad, transpose, slice
+or concatenate copies anything between the two projections (`tests/kernels/`).
 
-Tiles and padding: N is padded to N_p, the next power of two of at least 16
-(196 and 197 → 256), as Triton's blocks are powers of two; padded keys are masked
-out of the softmax and padded queries sliced off. The head size is zero-padded the
-same way (48 → 64). T_q = T_k = 16, the smallest side of a Triton dot. A forward
-program holds the logits and then S of every head, up to 2H + 1 float32 (T_q, N_p)
-tiles; the query backward keeps S, dS' and dA' (about 2H + 1 tiles) and computes each head's
-logits again where dP_l needs them rather than keeping them from the start (4H tiles). Each
-head's q and k tiles are loaded right before its dot, so that one head's keys at a time sit
-in shared memory. Compiled by XLA:GPU for an H100 (`python -m benchmarks.gpu_compile`, no GPU
-needed), at S24's shape every kernel fits the chip's shared memory and uses 255 registers a
-thread, spilling 0.7 KB (forward), 2.3 KB (query backward) and 0.1 KB (key backward) a
-thread; at XXS24's (4 heads), nothing. The dot inputs keep the layer's compute dtype
-(bfloat16 under `mixed_bfloat16`) with float32 accumulation; the mixes and the softmax are
-float32.
+Stored for the backward pass: the qkv tensor (the layer's, kept anyway) and the logsumexp L,
+(batch, heads, N_t) float32 with N_t the rows of the query tiles; δ, of L's size, lives only
+during the backward pass. At CaiT-S24's self-attention, batch 128, `mixed_bfloat16`, the layer
+keeps 93.8 MiB for its backward pass (L: 0.8 MiB) where the keras.ops path keeps 469.7 MiB,
+mostly the (batch, heads, N, N) softmax in float32 and the logits, probabilities and mixed
+weights in bfloat16 (`python -m benchmarks.talking_heads_kernel --residuals-only`).
+
+Tiles and padding, on chip only: Triton's blocks are powers of two, so a tile of keys spans
+N_p, the next power of two of at least 16 (196 and 197 → 256), and a tile's channels d_p
+(48 → 64). Loads are masked: rows past the N tokens and channels past the head size d read
+as zeros, and stores write only what lies inside. Padded keys are masked out of the softmax;
+a padded query row (the last tile's, past N) reads zero q and dO and adds nothing.
+T_q = T_k = 16, the smallest side of a Triton dot, and ⌈N/16⌉ tiles cover the tokens (13 for
+197). A forward program holds the logits and then S of every head, up to 2H + 1 float32
+(T_q, N_p) tiles; the query backward keeps S, dS' and dA' (about 2H + 1 tiles) and computes
+each head's logits again where dP_l needs them rather than keeping them from the start (4H
+tiles). Each head's q and k tiles are loaded right before its dot, so that one head's keys at
+a time sit in shared memory. Compiled by XLA:GPU for an H100 (`python -m benchmarks.gpu_compile`,
+no GPU needed), at S24's shape every kernel fits the chip's shared memory and uses 255
+registers a thread, spilling 0.6 KB (forward), 2.5 KB (query backward) and 0.1 KB (key
+backward) a thread; at XXS24's (4 heads), 8 bytes (query backward). The dot inputs keep the
+layer's compute dtype (bfloat16 under `mixed_bfloat16`) with float32 accumulation; the mixes
+and the softmax are float32.
 
 On a GPU the kernels are compiled by Triton (`compiler_params` picks it); elsewhere
 they run in Pallas' interpreter (`interpret=True`), as the tests do on the CPU:
