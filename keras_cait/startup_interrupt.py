@@ -14,13 +14,22 @@ which takes Ctrl-C back as a KeyboardInterrupt and reports it the same way. In a
 process (a notebook, a script importing keras_cait), with `--debug` or KERAS_CAIT_DEBUG=1, or
 where SIGINT already has a handler of someone else's, nothing changes.
 
+Python ignores an exception raised in a garbage collector's callback (JAX registers one, run
+at every collection) or in a `__del__`: it prints "Exception ignored in ..." and goes on. A
+Ctrl-C landing there would be lost, and a training run would go on to its last epoch. While
+the command starts, ours is kept quiet and `command_begins` raises it; once the command runs,
+an ignored KeyboardInterrupt is signalled again to the main thread (`_thread.interrupt_main`,
+from a thread of its own), which raises it where the command reports it.
+
 This module imports nothing heavy: it runs before Keras is imported.
 """
 
+import _thread
 import os
 import re
 import signal
 import sys
+import time
 
 COMMAND = "keras-cait"
 MODULE = "keras_cait.cli"
@@ -54,7 +63,7 @@ def interrupted_line(argv):
 
 
 _received = []  # the Ctrl-C this process received while starting, if any
-_unraisablehook = []  # the hook `_quiet_when_ours` stands in for while starting
+_unraisablehook = []  # the hook `_quiet_when_ours` or `_interrupt_again` stands in for
 
 
 def _interrupted(signum, frame):
@@ -69,6 +78,24 @@ def _quiet_when_ours(unraisable):
     # prints it as "Exception ignored in ...", a traceback. Ours is kept quiet: `command_begins` raises it.
     if isinstance(unraisable.exc_value, SystemExit) and _received:
         return
+    (_unraisablehook[0] if _unraisablehook else sys.__unraisablehook__)(unraisable)
+
+
+def _interrupt_main_soon():
+    time.sleep(0.01)
+    _thread.interrupt_main()
+
+
+def _interrupt_again(unraisable):
+    # Once the command runs: a Ctrl-C that Python ignored is raised again in the main thread. Not
+    # from here: the main thread would raise it in this hook, where Python ignores it too. Another
+    # thread signals it a moment later, once this hook and the callback have returned, and the
+    # main thread raises it at its next instruction (in such a callback again: this runs again).
+    # With --debug it is also printed.
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        _thread.start_new_thread(_interrupt_main_soon, ())
+        if not debug_requested(sys.argv[1:]):
+            return
     (_unraisablehook[0] if _unraisablehook else sys.__unraisablehook__)(unraisable)
 
 
@@ -88,7 +115,10 @@ def command_begins():
     if signal.getsignal(signal.SIGINT) is _interrupted:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     if sys.unraisablehook is _quiet_when_ours:
-        sys.unraisablehook = _unraisablehook.pop()
+        sys.unraisablehook = _interrupt_again
+    elif sys.unraisablehook is not _interrupt_again:
+        _unraisablehook[:] = [sys.unraisablehook]
+        sys.unraisablehook = _interrupt_again
     if _received:
         # A Ctrl-C that landed in a callback whose exceptions Python ignores (see `_quiet_when_ours`)
         # did not end the start; it ends the command here.

@@ -95,3 +95,52 @@ def test_a_ctrl_c_swallowed_while_starting_ends_the_command_when_it_begins():
     assert "ValueError: someone else's, printed" in done.stderr, done.stderr[-2000:]
     assert "SystemExit" not in done.stderr, done.stderr[-2000:]
     assert done.stderr.strip().splitlines()[-1] == f"keras-cait finetune: {INTERRUPTED}", done.stderr[-2000:]
+
+
+IGNORED_WHILE_RUNNING = """
+import gc, os, signal, sys, time
+sys.argv = ["/venv/bin/keras-cait", "finetune", "--data", "photos"] + sys.argv[1:]
+from keras_cait.startup_interrupt import end_on_interrupt_while_starting
+end_on_interrupt_while_starting()
+from keras_cait.cli.errors import reported
+
+def collector_callback(phase, info):  # as JAX's, which Python runs with its exceptions ignored
+    if phase == "start" and not getattr(collector_callback, "done", False):
+        collector_callback.done = True
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # the KeyboardInterrupt is raised here, inside the callback
+
+class Other:
+    def __del__(self):
+        raise ValueError("someone else's, printed")
+
+with reported("finetune", sys.argv[1:]):
+    Other()  # an exception Python ignores that is not a Ctrl-C: still printed
+    gc.callbacks.append(collector_callback)
+    end = time.monotonic() + 5  # the run
+    while time.monotonic() < end:
+        gc.collect()
+        time.sleep(0.01)
+    print("trained every epoch", flush=True)
+"""
+
+
+@pytest.mark.large
+@pytest.mark.parametrize("debug", [False, True])
+def test_a_ctrl_c_python_ignores_while_the_command_runs_still_ends_it(debug):
+    """A Ctrl-C that lands in a garbage collector's callback once the command runs (JAX's runs at
+    every collection) is raised again in the main thread: the run ends with the contract's line
+    instead of training on to its last epoch (in the suite, an interrupted finetune of 1000 epochs
+    once trained until the test's timeout). With --debug Python's report of it is printed too."""
+    import os
+    import subprocess
+    import sys
+
+    repository = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-c", IGNORED_WHILE_RUNNING, *(["--debug"] if debug else [])],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": repository, "KERAS_CAIT_DEBUG": ""})
+    assert "trained every epoch" not in done.stdout and done.returncode == 1, (done.stdout, done.stderr[-2000:])
+    assert "ValueError: someone else's, printed" in done.stderr, done.stderr[-2000:]
+    assert ("Exception ignored in: <function collector_callback" in done.stderr) is debug, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1] == f"keras-cait finetune: {INTERRUPTED}", done.stderr[-2000:]
