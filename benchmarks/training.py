@@ -217,7 +217,7 @@ def gpu_training_step(path, config, classes, architecture, image_size, batch_siz
                                  "train_on_batch (fit's step), XLA",
                     "compute_dtype": block.mlp_dense_1.dtype_policy.compute_dtype,
                     "fused_attention_variable": os.environ.get("KERAS_CAIT_FUSED_ATTENTION"),
-                    "fused_attention": block.attention._runs_fused_kernel(False),
+                    "fused_attention": block.attention._runs_fused_kernel(False, (image_size // 16) ** 2),
                     "device_peak_memory_mb": (device.memory_stats() or {}).get("peak_bytes_in_use", 0) / 2**20}
 
         return lambda _: np.asarray(model.train_on_batch(images, labels), "float32"), levers

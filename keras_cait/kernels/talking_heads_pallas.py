@@ -89,11 +89,22 @@ BLOCK_QUERIES = 16
 BLOCK_KEYS = 16
 MIN_SIDE = 16  # the smallest side of a Triton dot
 NUM_WARPS = 8  # 255 registers a thread; 16 warps (128 registers) spilled more at S24 (benchmarks/gpu_compile.py)
+# The most heads × N_p a program's tiles may span. A forward program keeps 2H + 1 float32 tiles of
+# (T_q, N_p) live, the query backward about as many: at CaiT-S24's 224-pixel shape (8 heads, 256)
+# they spill 0.6 and 2.5 KB a thread (compiled for an H100, `benchmarks/gpu_compile.py`); at
+# 384 pixels (8 heads over 577 tokens: 1024) 60 and 160 KB, local memory traffic no kernel recovers.
+MAX_HEADS_TIMES_KEYS = 8 * 256
 
 
 def on_gpu():
     """Whether JAX's default device is a GPU, where the kernels compile (elsewhere they interpret)."""
     return jax.default_backend() == "gpu"
+
+
+def fits_on_chip(tokens, heads):
+    """Whether the kernels' tiles for `heads` heads over `tokens` tokens stay in a program's registers
+    (`MAX_HEADS_TIMES_KEYS`): CaiT's 224-pixel models do, its 384- and 448-pixel ones do not."""
+    return heads * _padded(tokens) <= MAX_HEADS_TIMES_KEYS
 
 
 def talking_heads_attention(query, key, value, pre_softmax_mix, post_softmax_mix, post_softmax_bias, *,

@@ -43,13 +43,15 @@ class TalkingHeadsAttention(keras.layers.Layer):
         num_heads: number of heads H; `channels` must be divisible by it.
         qkv_bias: whether the query/key/value projection has a bias.
         fused_attention: None (the default): the fused kernel on the JAX
-            backend with a GPU, unless the environment variable
-            `KERAS_CAIT_FUSED_ATTENTION=0` turns it off (for whole models, whose
-            blocks build this layer with the default) or a Keras distribution
-            (`--strategy dataparallel`) spreads the batch over devices. False:
-            never. True: on
-            the JAX backend always, off a GPU in Pallas' interpreter (slow: for
-            tests); other backends have no such kernel.
+            backend with a GPU where its tiles fit the chip (heads times the
+            tokens rounded up to a power of two at most 8 × 256: CaiT's
+            224-pixel models, not its 384- and 448-pixel ones), unless the
+            environment variable `KERAS_CAIT_FUSED_ATTENTION=0` turns it off
+            (for whole models, whose blocks build this layer with the default)
+            or a Keras distribution (`--strategy dataparallel`) spreads the
+            batch over devices. False: never. True: on the JAX backend always,
+            off a GPU in Pallas' interpreter (slow: for tests); other backends
+            have no such kernel.
         **kwargs: standard layer arguments.
 
     Shapes:
@@ -133,8 +135,9 @@ class TalkingHeadsAttention(keras.layers.Layer):
             mixed = mixed + ops.cast(dense.bias, scores.dtype)[:, None]
         return ops.reshape(mixed, (batch, heads, queries, keys))
 
-    def _runs_fused_kernel(self, return_attention_scores):
-        """Whether this call runs the Pallas kernel: see `fused_attention` in the class docstring."""
+    def _runs_fused_kernel(self, return_attention_scores, tokens):
+        """Whether a call over `tokens` tokens runs the Pallas kernel: see `fused_attention` in the
+        class docstring."""
         if return_attention_scores or self.fused_attention is False or keras.backend.backend() != "jax":
             return False
         mixes = (self.pre_softmax_head_mix, self.post_softmax_head_mix)
@@ -145,16 +148,16 @@ class TalkingHeadsAttention(keras.layers.Layer):
         if os.environ.get(FUSED_ATTENTION_VARIABLE) == "0" or keras.distribution.distribution() is not None:
             # XLA cannot split a Pallas call across devices: it would gather the whole batch on each.
             return False
-        from keras_cait.kernels.talking_heads_pallas import on_gpu
+        from keras_cait.kernels.talking_heads_pallas import fits_on_chip, on_gpu
 
-        return on_gpu()
+        return on_gpu() and fits_on_chip(tokens, self.num_heads)
 
     def call(self, inputs, return_attention_scores=False):
         batch, tokens, channels = ops.shape(inputs)
         head_dim = channels // self.num_heads
         # The projection's columns are [q | k | v], each head after head.
         projected = self.qkv(inputs)
-        if self._runs_fused_kernel(return_attention_scores):
+        if self._runs_fused_kernel(return_attention_scores, tokens):
             from keras_cait.kernels.talking_heads_pallas import talking_heads_attention_qkv
 
             # The kernels read q, k, v where the projection put them (a reshape, no copy).

@@ -124,24 +124,32 @@ def switch_case():
     """When the layer takes the kernel: the constructor argument, the environment variable, the device."""
     layer = TalkingHeadsAttention(2)
     layer.build((None, 5, 8))
-    choices = {"auto_on_cpu": layer._runs_fused_kernel(False)}
+    choices = {"auto_on_cpu": layer._runs_fused_kernel(False, 5)}
     gpu = talking_heads_pallas.on_gpu
     talking_heads_pallas.on_gpu = lambda: True
     try:
-        choices["auto_on_gpu"] = layer._runs_fused_kernel(False)
-        choices["auto_on_gpu_asking_for_scores"] = layer._runs_fused_kernel(True)
+        choices["auto_on_gpu"] = layer._runs_fused_kernel(False, 5)
+        choices["auto_on_gpu_asking_for_scores"] = layer._runs_fused_kernel(True, 5)
+        # 2 heads: up to 1024 tokens fit (2 × 1024 = 8 × 256); 1025 round up to 2048.
+        choices["auto_on_gpu_at_1024_tokens"] = layer._runs_fused_kernel(False, 1024)
+        choices["auto_on_gpu_at_1025_tokens"] = layer._runs_fused_kernel(False, 1025)
+        s24 = TalkingHeadsAttention(8)
+        s24.build((None, 196, 384))
+        choices["auto_on_gpu_s24_at_224_pixels"] = s24._runs_fused_kernel(False, 196)
+        choices["auto_on_gpu_s24_at_384_pixels"] = s24._runs_fused_kernel(False, 576)
         os.environ["KERAS_CAIT_FUSED_ATTENTION"] = "0"
-        choices["auto_on_gpu_turned_off_by_environment"] = layer._runs_fused_kernel(False)
+        choices["auto_on_gpu_turned_off_by_environment"] = layer._runs_fused_kernel(False, 5)
         del os.environ["KERAS_CAIT_FUSED_ATTENTION"]
         keras.distribution.set_distribution(keras.distribution.DataParallel(devices=jax.devices()))
-        choices["auto_on_gpu_under_a_distribution"] = layer._runs_fused_kernel(False)
+        choices["auto_on_gpu_under_a_distribution"] = layer._runs_fused_kernel(False, 5)
         keras.distribution.set_distribution(None)
         layer.fused_attention = False
-        choices["false_on_gpu"] = layer._runs_fused_kernel(False)
+        choices["false_on_gpu"] = layer._runs_fused_kernel(False, 5)
     finally:
         talking_heads_pallas.on_gpu = gpu
     layer.fused_attention = True
-    choices["true_on_cpu"] = layer._runs_fused_kernel(False)
+    choices["true_on_cpu"] = layer._runs_fused_kernel(False, 5)
+    choices["true_at_1025_tokens"] = layer._runs_fused_kernel(False, 1025)
     _, scores = layer(np.ones((1, 5, 8), "float32"), return_attention_scores=True)
     choices["true_still_returns_scores"] = tuple(scores.shape) == (1, 2, 5, 5)
     return choices

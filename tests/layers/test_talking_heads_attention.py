@@ -81,7 +81,7 @@ def test_the_fused_kernel_is_for_the_jax_backend_only():
     # tests/kernels/ runs the kernel through this layer on the JAX backend.
     layer, _ = _layer()
     layer.fused_attention = True
-    assert keras.backend.backend() != "jax" and not layer._runs_fused_kernel(False)
+    assert keras.backend.backend() != "jax" and not layer._runs_fused_kernel(False, 196)
 
 
 def test_against_timm_the_pre_softmax_bias_has_no_gradient_and_is_never_trained():
