@@ -25,13 +25,14 @@ def test_the_profiles_name_the_ops_that_ran(tmp_path):
     float32 = profile("--batch", "2", "--top", "1000", workdir=tmp_path)
     # The SavedModel's projections ran as fused MatMul + BiasAdd (+ GELU) kernels, in float32:
     # Grappler's _FusedMatMul, or oneDNN's _MklNativeFusedMatMul where TensorFlow turns oneDNN on
-    # (CPUs with AVX-512 VNNI or newer). The only unfused MatMuls are the smoke model's one
-    # self-attention block's two head mixes (an H×H kernel times (batch, H, N·N), no bias on its
-    # last axis to fuse): a projection left unfused would make it more. All op types are listed
-    # (--top 1000): cut at the top 12, whether a 2 % op shows depends on the machine's load.
+    # (CPUs with AVX-512 VNNI or newer; its plain MatMul is _MklMatMul). The only unfused MatMuls
+    # are the smoke model's one self-attention block's two head mixes (an H×H kernel times
+    # (batch, H, N·N), no bias on its last axis to fuse): a projection left unfused makes more.
+    # Every op type is listed (--top 1000): cut at the top 12, whether a 2 % op shows depends on
+    # the machine's load.
     assert "smoke bs2, SavedModel serving_default, float32" in float32
     assert re.search(r"\| _(MklNative)?FusedMatMul \| \d+\.\d\d \| \d+ % \| \d+ \|", float32)
-    unfused = re.findall(r"\| (?:_MklNative)?MatMul \| \d+\.\d\d \| \d+ % \| (\d+) \|", float32)
+    unfused = re.findall(r"\| (?:_Mkl|_MklNative)?MatMul \| \d+\.\d\d \| \d+ % \| (\d+) \|", float32)
     assert unfused == ["2"], float32
     bfloat16 = profile("--compute-dtype", "bfloat16", workdir=tmp_path)
     assert "SavedModel serving_default, bfloat16" in bfloat16
