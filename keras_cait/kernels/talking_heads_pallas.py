@@ -365,9 +365,8 @@ def _backward_queries(qkv, d_outputs, logsumexp, pre, post, scale, interpret):
 # === Backward over key tiles: dk, dv ===
 
 def _backward_keys_kernel(qkv_ref, dout_ref, lse_ref, delta_ref, pre_ref, post_ref, bias_ref, _, dqkv_ref, *,
-                          scale, block_queries):
-    tokens, _, heads, _ = qkv_ref.shape
-    block_keys = min(BLOCK_KEYS, _padded(tokens))
+                          scale, block_queries, block_keys):
+    heads = qkv_ref.shape[2]
     start = _tile_start(block_keys)
     pre, post = _scalars(pre_ref, heads), _scalars(post_ref, heads)
     transposed_post = [[post[g][h] for g in range(heads)] for h in range(heads)]
@@ -409,10 +408,11 @@ def _backward_keys_kernel(qkv_ref, dout_ref, lse_ref, delta_ref, pre_ref, post_r
 
 def _backward_keys(qkv, d_outputs, logsumexp, delta, pre, post, bias, d_qkv, scale, interpret):
     batch, tokens, heads, dim, block, tiles = _geometry(qkv)
+    block_keys = min(BLOCK_KEYS, _padded(tokens))
     spec = _specs(heads, block, tokens, dim, tiles * block)
     call = _call(
-        functools.partial(_backward_keys_kernel, scale=scale, block_queries=block),
-        (batch, pl.cdiv(tokens, min(BLOCK_KEYS, _padded(tokens)))),
+        functools.partial(_backward_keys_kernel, scale=scale, block_queries=block, block_keys=block_keys),
+        (batch, pl.cdiv(tokens, block_keys)),
         [spec["qkv"], spec["outputs"], spec["all_row_stats"], spec["all_row_stats"], spec["mix"], spec["mix"],
          spec["bias"], spec["qkv"]],
         spec["qkv"],
