@@ -276,3 +276,41 @@ def test_the_probe_goes_to_the_proxy_that_carries_the_request(monkeypatch):
 
     monkeypatch.setenv("no_proxy", "huggingface.co")
     assert hf_cache.first_hop("https://huggingface.co") == ("huggingface.co", 443, False)
+
+
+@pytest.mark.parametrize("pinned", [False, True])
+def test_verify_refuses_and_removes_a_blob_whose_bytes_differ_from_its_name(tmp_path, monkeypatch, pinned):
+    """The quick form of the large test above: the cache's layout made by hand, no hub, no model."""
+    arch = "cait_xxs24_384"
+    body = os.urandom(4096)
+    monkeypatch.setitem(CHECKPOINTS[arch], "sha256", sha256(body) if pinned else None)
+    altered = bytearray(body)
+    altered[len(body) // 3] ^= 0x01
+    blob = tmp_path / "blobs" / sha256(body)
+    snapshot = tmp_path / "snapshots" / COMMIT / hf_cache.FILENAME
+    blob.parent.mkdir(parents=True)
+    snapshot.parent.mkdir(parents=True)
+    blob.write_bytes(bytes(altered))
+    snapshot.symlink_to(os.path.relpath(blob, snapshot.parent))
+
+    with pytest.raises(OSError, match=f"corrupted ImageNet weights of {arch}") as error:
+        hf_cache.verify(None, arch, str(snapshot))
+
+    assert f"is {sha256(bytes(altered))}, not the {sha256(body)} it is named after" in str(error.value)
+    assert not blob.exists() and not os.path.lexists(snapshot), "the blob and its link are removed"
+
+
+def test_verify_accepts_a_blob_whose_bytes_match_its_name(tmp_path, monkeypatch):
+    arch = "cait_xxs24_384"
+    body = os.urandom(4096)
+    monkeypatch.setitem(CHECKPOINTS[arch], "sha256", None)
+    blob = tmp_path / "blobs" / sha256(body)
+    snapshot = tmp_path / "snapshots" / COMMIT / hf_cache.FILENAME
+    blob.parent.mkdir(parents=True)
+    snapshot.parent.mkdir(parents=True)
+    blob.write_bytes(body)
+    snapshot.symlink_to(os.path.relpath(blob, snapshot.parent))
+
+    hf_cache.verify(None, arch, str(snapshot))
+
+    assert blob.read_bytes() == body and os.path.lexists(snapshot)
