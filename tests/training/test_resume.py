@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from keras_cait.training import adamw
-from keras_cait.training.resume import ResumableBackup, fit
+from keras_cait.training.resume import ResumableBackup, build_optimizer, fit
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STEPS_PER_EPOCH = 90 // 8  # 100 digits, 10% held out, batches of 8
@@ -357,3 +357,38 @@ def test_fit_traces_the_training_step_once(tiny_cait):
     fit(model, lambda step: stream, epochs=2, steps_per_epoch=2, verbose=0)
     assert len(traces) == 1
     assert model.optimizer.iterations.numpy() == 4
+
+
+def test_a_resumed_fit_continues_at_the_backed_up_optimizer_step(tiny_cait, tmp_path):
+    """The quick form of the large kill-and-resume tests: the first step after a resume is the
+    optimizer's step of the backup (its schedule and Adam's bias correction go on from there)."""
+    keras.utils.set_random_seed(0)
+    model = tiny_cait(classes=4)
+    model.compile(optimizer=adamw(model, 1e-3), loss="categorical_crossentropy", jit_compile=False)
+    backup = ResumableBackup(tmp_path / "backup")
+    backup.set_model(model)
+    backup.plan = {"epochs": 1, "steps per epoch": 8}
+    fit_step = backup.step = 5
+    build_optimizer(model)
+    model.optimizer.iterations.assign(fit_step)
+    backup.save()
+
+    resumed = tiny_cait(classes=4)
+    resumed.compile(optimizer=adamw(resumed, 1e-3), loss="categorical_crossentropy", jit_compile=False)
+    asked, seen = [], []
+    images = np.random.default_rng(0).uniform(0, 255, (6, 32, 32, 3)).astype("float32")
+    labels = np.eye(4, dtype="float32")[np.arange(6) % 4]
+
+    def stream_from(step):
+        import tensorflow as tf
+
+        asked.append(step)
+        return tf.data.Dataset.from_tensor_slices((images, labels)).batch(2)
+
+    step_seen = keras.callbacks.LambdaCallback(
+        on_train_batch_begin=lambda batch, logs: seen.append(int(resumed.optimizer.iterations)))
+    fit(resumed, stream_from, epochs=1, steps_per_epoch=8, backup=ResumableBackup(tmp_path / "backup"),
+        callbacks=[step_seen], verbose=0)
+
+    assert asked == [fit_step], "the stream starts at the backup's step"
+    assert seen == [5, 6, 7], "the optimizer goes on from the backup's step, not from 0"
