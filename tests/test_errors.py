@@ -258,3 +258,53 @@ def test_a_shape_left_open_until_run_time_is_checked_in_the_graph(tiny_cait, ima
 def test_text_given_to_predict_is_a_type_error_with_the_fix(tiny_cait, images):
     with pytest.raises(TypeError, match="takes pixels as numbers .*load_image"):
         tiny_cait().predict(images, verbose=0)
+
+
+# === keras_cait.errors: an error is data (the argument, its value, the problem, what is allowed) ===
+
+
+def test_an_argument_error_is_one_line_of_its_fields_in_python():
+    from keras_cait.errors import ArgumentError, Named
+
+    error = ArgumentError("image_size", 200, "must be a multiple of the patch size 16\n(the patches tile it)",
+                          ("give ", Named("image_size", 208), " or another multiple of 16"), usage=True)
+    assert isinstance(error, ValueError)
+    assert (error.argument, error.value, error.usage) == ("image_size", 200, True)
+    assert str(error) == ("image_size=200: must be a multiple of the patch size 16 (the patches tile it); "
+                          "give image_size=208 or another multiple of 16")
+
+
+def test_an_argument_error_renders_each_named_argument_with_the_caller_s_spelling():
+    from keras_cait.errors import ArgumentError, Named
+
+    error = ArgumentError("val_fraction", 1.5, ("must be below 1 with ", Named("data", "photos")),
+                          ("give ", Named("val_data", shown="FOLDER"), " or ", Named("epochs")))
+    assert str(error) == "val_fraction=1.5: must be below 1 with data='photos'; give val_data=FOLDER or epochs"
+    flags = error.render(lambda named: f"<{named.argument}>")
+    assert flags == "<val_fraction>: must be below 1 with <data>; give <val_data> or <epochs>"
+
+
+def test_an_argument_error_survives_pickling():
+    import pickle
+
+    from keras_cait.errors import ArgumentError, Named
+
+    error = ArgumentError("weights", "x.bin", "unknown suffix", ("give ", Named("weights", None)), usage=True)
+    copy = pickle.loads(pickle.dumps(error))
+    assert (type(copy), str(copy), copy.argument, copy.value, copy.usage) == (
+        ArgumentError, str(error), "weights", "x.bin", True)
+
+
+def test_a_missing_extra_is_named_with_its_pip_install(monkeypatch):
+    import sys
+
+    from keras_cait.errors import ExtraMissing, require_extra
+
+    monkeypatch.setitem(sys.modules, "no_such_module_of_an_extra", None)
+    with pytest.raises(ExtraMissing) as raised:
+        require_extra("export_thing", "thing", "json", "no_such_module_of_an_extra")
+    assert isinstance(raised.value, ImportError)
+    assert (raised.value.module, raised.value.extra) == ("no_such_module_of_an_extra", "thing")
+    assert str(raised.value) == ('export_thing needs no_such_module_of_an_extra, which is not installed; '
+                                 'pip install "keras-cait[thing]"')
+    assert require_extra("export_thing", "thing", "json") is sys.modules["json"]

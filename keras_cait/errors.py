@@ -1,0 +1,142 @@
+"""The library's errors as data: the argument at fault, its value, what is wrong and what is allowed.
+
+    ArgumentError    a ValueError: `argument`, `value`, `problem`, `allowed`, `usage`
+    Named            an argument (and a value) inside an error's text: each caller spells it its own way
+    ExtraMissing     an ImportError naming the optional extra that installs what is missing
+    require_extra    imports a module of an optional extra, or raises `ExtraMissing`
+
+`str(error)` speaks Python, one line:
+
+    image_size=200: must be a multiple of the patch size 16; give image_size=208 or another multiple of 16
+
+and the command line renders the same fields with its flags, `--image-size 200: ...; give --image-size
+208 ...` (`keras_cait.cli.errors`, one table from argument to flag). An argument named inside the text
+(`give image_size=208`) is a `Named` part of `problem` or `allowed`, never a spelling that a caller
+would have to find again by pattern.
+"""
+
+import importlib
+import os
+
+_NOTHING = object()
+
+
+class Named:
+    """`argument` inside an error's text: `weights='x.safetensors'` (with `value`), `weights=PATH`
+    (with `shown`, a placeholder for any value), or `weights` alone (neither)."""
+
+    __slots__ = ("argument", "value", "shown")
+
+    def __init__(self, argument, value=_NOTHING, shown=None):
+        self.argument, self.value, self.shown = argument, value, shown
+
+    @property
+    def has_value(self):
+        return self.value is not _NOTHING
+
+    def __eq__(self, other):
+        return isinstance(other, Named) and (self.argument, self.value, self.shown) == (
+            other.argument, other.value, other.shown)
+
+    def __hash__(self):
+        return hash((self.argument, self.shown))
+
+    def __repr__(self):
+        return f"Named({python_name(self)})"
+
+
+def python_value(value):
+    """A value as Python writes it in a call: `'photos'` (a path too), `None`, `(0.9, 0.999)`."""
+    return repr(os.fspath(value) if isinstance(value, os.PathLike) else value)
+
+
+def python_name(named):
+    """`argument=value` as a Python call spells it: `weights='x'`, `epochs=3`, `weights=PATH`, `epochs`."""
+    if named.shown is not None:
+        return f"{named.argument}={named.shown}"
+    if not named.has_value:
+        return named.argument
+    return f"{named.argument}={python_value(named.value)}"
+
+
+def spoken(parts, name=python_name):
+    """The text of `parts` (a string, a `Named`, or a list or tuple of those), each `Named` as
+    `name(named)` writes it."""
+    if parts is None:
+        return ""
+    if isinstance(parts, Named):
+        return name(parts)
+    if isinstance(parts, (list, tuple)):
+        return "".join(spoken(part, name) for part in parts)
+    return str(parts)
+
+
+class ArgumentError(ValueError):
+    """An argument that cannot work: `argument` (as Python names it), its `value`, the `problem` and
+    what is `allowed` (or what to do). `usage`: the arguments cannot work whatever files and data
+    they name (the command line's exit status 2). `shown`: how the value is written where its repr
+    is no use (`<ImageSource>`). `problem` and `allowed` are strings, `Named`s or lists of both.
+
+    `str()` is one line, `argument=value: problem; allowed`; `render(name)` writes it with another
+    spelling of arguments, e.g. the command line's flags.
+    """
+
+    def __init__(self, argument, value, problem, allowed=None, *, usage=False, shown=None):
+        self.argument, self.value, self.problem, self.allowed = argument, value, problem, allowed
+        self.usage, self.shown = usage, shown
+        super().__init__(self.render())
+
+    def subject(self):
+        """The argument at fault as a `Named` (None where no argument is)."""
+        if self.argument is None:
+            return None
+        return Named(self.argument, self.value, self.shown)
+
+    def render(self, name=python_name):
+        """The one line, each argument written by `name(named)` (default: as Python writes it)."""
+        text = spoken(self.problem, name)
+        if self.allowed:
+            text = f"{text}; {spoken(self.allowed, name)}"
+        if self.argument is not None:
+            text = f"{name(self.subject())}: {text}"
+        return " ".join(text.split())
+
+    def __str__(self):
+        return self.render()
+
+    def __reduce__(self):
+        return _rebuilt, (type(self), self.__dict__)
+
+
+def _rebuilt(kind, state):
+    error = Exception.__new__(kind)
+    error.__dict__.update(state)
+    Exception.__init__(error, error.render())
+    return error
+
+
+class ExtraMissing(ModuleNotFoundError):
+    """What `needed_by` imports is not installed: `module`, and the `extra` of keras-cait that
+    installs it. One line: `export_onnx needs tf2onnx, which is not installed; pip install
+    "keras-cait[onnx]"`."""
+
+    def __init__(self, needed_by, module, extra):
+        self.needed_by, self.module, self.extra = needed_by, module, extra
+        super().__init__(f"{needed_by} needs {module}, which is not installed; "
+                         f'pip install "keras-cait[{extra}]"', name=module)
+
+
+def require_extra(needed_by, extra, *modules):
+    """The `modules` of the optional `extra` imported (the last returned), or `ExtraMissing` for
+    the first that is not installed; a module that is installed and fails to import raises its
+    own error."""
+    imported = None
+    for module in modules:
+        try:
+            imported = importlib.import_module(module)
+        except ImportError as error:
+            missing = getattr(error, "name", None)
+            if missing is None or not (module == missing or module.startswith(missing + ".")):
+                raise
+            raise ExtraMissing(needed_by, module, extra) from error
+    return imported
