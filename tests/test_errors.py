@@ -308,3 +308,16 @@ def test_a_missing_extra_is_named_with_its_pip_install(monkeypatch):
     assert str(raised.value) == ('export_thing needs no_such_module_of_an_extra, which is not installed; '
                                  'pip install "keras-cait[thing]"')
     assert require_extra("export_thing", "thing", "json") is sys.modules["json"]
+
+
+def test_an_installed_module_that_fails_to_import_keeps_its_own_error(tmp_path, monkeypatch):
+    import sys
+
+    from keras_cait.errors import ExtraMissing, require_extra
+
+    (tmp_path / "broken_extra_module.py").write_text("import no_such_dependency_of_it\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "broken_extra_module", raising=False)
+    with pytest.raises(ModuleNotFoundError) as raised:
+        require_extra("export_thing", "thing", "broken_extra_module")
+    assert not isinstance(raised.value, ExtraMissing) and raised.value.name == "no_such_dependency_of_it"
