@@ -103,7 +103,7 @@ def _timm_model(spec):
 
 
 def _keras_model(spec, workdir, classifier_activation=None):
-    from keras_cait.model import build_cait
+    from keras_cait.models.architecture import build_cait
     from keras_cait.weights import load_weights_file
 
     size = spec["image_size"]

@@ -259,7 +259,7 @@ def training_step(config, batch, image_size, classes, precision="mixed_bfloat16"
     import keras
 
     from benchmarks.training import DROP_PATH_RATE, LEARNING_RATE
-    from keras_cait.model import build_cait
+    from keras_cait.models.architecture import build_cait
     from keras_cait.training import adamw
 
     keras.mixed_precision.set_global_policy(precision)

@@ -124,7 +124,7 @@ def keras_training_model(config, classes, image_size, policy, jit_compile):
     """keras_cait's model compiled for training: DeiT's AdamW, drop path 0.1, cross-entropy on logits."""
     import keras
 
-    from keras_cait.model import build_cait
+    from keras_cait.models.architecture import build_cait
     from keras_cait.training import adamw
 
     keras.mixed_precision.set_global_policy(policy)
@@ -401,7 +401,7 @@ def _half_residual_stream():
     compute dtype too (keras_cait keeps them float32 under a mixed policy, as timm's AMP does)."""
     import keras
 
-    from keras_cait import model
+    from keras_cait.models import architecture as model
 
     model.float32_if_mixed = lambda policy: keras.dtype_policies.get(policy).name
     model._ResidualBlock.input_dtype = property(lambda block: block.dtype_policy.compute_dtype)

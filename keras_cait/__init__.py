@@ -11,7 +11,11 @@ and TensorFlow runs oneDNN's CPU kernels on every x86 CPU (`keras_cait.startup_o
 
 import importlib
 
-from keras_cait.startup_interrupt import end_on_interrupt_while_starting
+from keras_cait import deprecation
+
+deprecation.install()  # old paths of moved modules (keras_cait.model, ...) import with a DeprecationWarning
+
+from keras_cait.startup_interrupt import end_on_interrupt_while_starting  # noqa: E402
 
 end_on_interrupt_while_starting()  # the keras-cait command only: Ctrl-C while Keras loads is its one line
 
@@ -33,9 +37,9 @@ from keras_cait import layers
 from keras_cait.attention import AttentionMaps, attention_maps
 from keras_cait.features import feature_extractor, forward_intermediates
 from keras_cait.preprocessing import decode_predictions, preprocess_input
-from keras_cait.variants import CONSTRUCTORS, VARIANTS
+from keras_cait.models import CONSTRUCTORS, VARIANTS
 
-# CaiT_XXS24 ... CaiT_M48: one constructor per row of VARIANTS, made in keras_cait.variants.
+# CaiT_XXS24 ... CaiT_M48: one constructor per row of VARIANTS, made in keras_cait.models.variants.
 globals().update(CONSTRUCTORS)
 
 __version__ = "0.1.0"
@@ -63,4 +67,7 @@ def __getattr__(name):
             return getattr(export, name)
     if name == "training":
         return importlib.import_module("keras_cait.training")
+    moved = deprecation.module_attribute(__name__, name)
+    if moved is not None:
+        return moved
     raise AttributeError(f"module 'keras_cait' has no attribute {name!r}")

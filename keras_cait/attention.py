@@ -28,7 +28,7 @@ import keras
 import numpy as np
 
 from keras_cait.layers import PositionEmbedding
-from keras_cait.model import ClassAttentionBlock, SelfAttentionBlock
+from keras_cait.models.architecture import ClassAttentionBlock, SelfAttentionBlock
 
 # model -> {self-attention block indices: the attention model}. Weak keys: the
 # cache does not keep a deleted model (and its weights) alive.

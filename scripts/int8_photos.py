@@ -69,7 +69,7 @@ def compare(variant, weights, images, mode):
     import keras
     import numpy as np
 
-    from keras_cait.variants import cait
+    from keras_cait.models.variants import cait
 
     model = cait(variant, weights=None, classifier_activation=None)
     if weights == "random":

@@ -49,7 +49,7 @@ def digits(classes):
 def pretrain(path, epochs):
     import keras
 
-    from keras_cait.model import build_cait
+    from keras_cait.models.architecture import build_cait
     from keras_cait.training import with_new_head
 
     keras.utils.set_random_seed(SEED)
@@ -74,7 +74,7 @@ def finetune(mode, pretrained, epochs):
     import keras
     import numpy as np
 
-    from keras_cait.model import build_cait
+    from keras_cait.models.architecture import build_cait
     from keras_cait.training import enable_lora, set_backbone_trainable, with_new_head
 
     keras.utils.set_random_seed(SEED)

@@ -1,16 +1,16 @@
-"""Writes the variant table, `keras_cait.variants.markdown_table()`, into README.md and docs/weights.md.
+"""Writes the variant table, `keras_cait.models.variants.markdown_table()`, into README.md and docs/weights.md.
 
     python scripts/variant_tables.py
 
 The table is made from `VARIANTS` and the checkpoint registry; each page holds a copy between
 `<!-- variants:start -->` and `<!-- variants:end -->`, which this script replaces.
-tests/test_variants.py fails while a copy differs from the table.
+tests/models/test_variants.py fails while a copy differs from the table.
 """
 
 import pathlib
 import re
 
-from keras_cait.variants import markdown_table
+from keras_cait.models.variants import markdown_table
 
 REPOSITORY = pathlib.Path(__file__).resolve().parent.parent
 PAGES = ("README.md", "docs/weights.md")

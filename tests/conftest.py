@@ -169,7 +169,7 @@ def tiny_cait():
 
     A stateless builder, so session-scoped: module-scoped fixtures can use it too.
     """
-    from keras_cait.model import build_cait
+    from keras_cait.models.architecture import build_cait
 
     def build(**changes):
         return build_cait(**{**TINY_CAIT, "input_shape": (TINY_SIZE, TINY_SIZE, 3), **changes})

@@ -14,7 +14,7 @@ import pytest
 from keras_cait import attention
 from keras_cait.attention import attention_maps
 from keras_cait.layers import ClassAttention
-from keras_cait.model import ClassAttentionBlock, SelfAttentionBlock, build_cait
+from keras_cait.models.architecture import ClassAttentionBlock, SelfAttentionBlock, build_cait
 
 # A non-square patch grid (4 × 6) so that rows and columns cannot be confused.
 INPUT_SHAPE = (32, 48, 3)
@@ -265,7 +265,7 @@ _ON_JAX = """
 import json, sys
 import numpy as np
 from keras_cait.attention import attention_maps
-from keras_cait.model import build_cait
+from keras_cait.models.architecture import build_cait
 model = build_cait(**json.loads(sys.argv[1]))
 model.load_weights(sys.argv[2])
 maps = attention_maps(model, np.load(sys.argv[3]), self_attention_blocks=-1)

@@ -21,7 +21,7 @@ CLASSES = 10
 SCRIPT = """
 import json, sys
 import keras, numpy as np
-from keras_cait.model import build_cait
+from keras_cait.models.architecture import build_cait
 from keras_cait.layers import StochasticDepth
 args = json.loads(sys.argv[1])
 model = build_cait(**args["config"], drop_path_rate=0.2)

@@ -29,7 +29,7 @@ GUIDES = {
 
 
 # serving.md converts one model to every format (minutes for a 24-block CaiT): a 2-block one at 32×32.
-TINY_IMAGENET_CAIT = ("keras_cait.model.build_cait(embed_dim=64, depth=2, num_heads=4, init_values=0.1, "
+TINY_IMAGENET_CAIT = ("keras_cait.models.architecture.build_cait(embed_dim=64, depth=2, num_heads=4, init_values=0.1, "
                       "input_shape=(32, 32, 3))")
 
 

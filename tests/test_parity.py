@@ -9,7 +9,7 @@ Every row of `VARIANTS`, released or not, is compared with timm's own `Cait` bui
 the row (`test_every_variant_matches_timm_s_cait_built_from_its_row`, the quick loop);
 the released checkpoints, at full depth and their own resolution, with timm's named
 models (`test_released_variant_matches_timm`, `large`). Whether a row's numbers are the
-paper's and timm's is `tests/test_variants.py`'s question.
+paper's and timm's is `tests/models/test_variants.py`'s question.
 """
 
 import gc
@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 import keras_cait
-from keras_cait import variants
+from keras_cait.models import variants
 from keras_cait.layers.position_embedding import resize_position_embedding
-from keras_cait.variants import VARIANTS
+from keras_cait.models.variants import VARIANTS
 from keras_cait.weights import CHECKPOINTS
 
 # timm's parameter counts of the released models.

@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_cait.model import CaiTModel
+from keras_cait.models.architecture import CaiTModel
 from tests.conftest import TINY_SIZE
 from tests.layers.reference import randomize
 

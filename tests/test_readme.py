@@ -101,7 +101,7 @@ def test_export_and_serve_snippet_answers_the_readme_request(tmp_path):
 
     import keras
 
-    from keras_cait.model import build_cait
+    from keras_cait.models.architecture import build_cait
     from keras_cait.training import with_new_head
     from tests.conftest import TINY_CAIT
 
@@ -131,7 +131,7 @@ def test_recipes_and_lora_blocks_of_the_training_guide(tmp_path):
     prelude = (
         "import keras, numpy as np\n"
         "from keras_cait import training\n"
-        "from keras_cait.model import build_cait\n"
+        "from keras_cait.models.architecture import build_cait\n"
         f"model = build_cait(**{TINY_CAIT!r}, input_shape=(32, 32, 3), classes=2)\n"
         "training.RECIPES['transfer'].save('runs/flowers/recipe.json', 'transfer')\n"
         "rng = np.random.default_rng(0)\n"

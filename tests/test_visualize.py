@@ -8,7 +8,7 @@ from PIL import Image
 
 from keras_cait import cli
 from keras_cait.attention import AttentionMaps
-from keras_cait.model import build_cait
+from keras_cait.models.architecture import build_cait
 from keras_cait.visualize import (
     class_attention_figure,
     saliency_figure,

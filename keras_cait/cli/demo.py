@@ -143,9 +143,9 @@ def imagenet_weights_available():
 
 def build_model(init, start, classes=10):
     """The demo's CaiT: a small one from scratch, or CaiT-XXS24 (ImageNet, frozen) + a new head."""
-    from keras_cait.model import build_cait
+    from keras_cait.models.architecture import build_cait
     from keras_cait.training import set_backbone_trainable, with_new_head
-    from keras_cait.variants import CaiT_XXS24
+    from keras_cait.models.variants import CaiT_XXS24
 
     input_shape = (start.side, start.side, 3)
     if init == "scratch":

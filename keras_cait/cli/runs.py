@@ -31,7 +31,7 @@ from keras_cait.cli.errors import (
 )
 from keras_cait.training import distribute, resume, run, sources
 from keras_cait.training import recipe as recipes
-from keras_cait.variants import parse_model_name
+from keras_cait.models.variants import parse_model_name
 
 # Each command's recipe when --recipe is not given.
 DEFAULT_RECIPES = {"train": "deit", "finetune": "transfer"}

@@ -10,8 +10,7 @@ import tensorflow as tf
 
 from keras_cait.export.formats import format_of
 from keras_cait.export.inference_graph import InferenceGraph, folds
-from keras_cait.training.lora import merge_lora
-from keras_cait.training.transfer import with_dtype_policy
+from keras_cait.models.surgery import merge_lora, with_dtype_policy
 
 
 def inference_form(model, runtime="tensorflow", compute_dtype="float32"):

@@ -45,7 +45,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_cait.layers import ClassToken, PatchEmbedding, PositionEmbedding
-from keras_cait.model import LAYER_NORM_EPSILON, ClassAttentionBlock, SelfAttentionBlock, has_dtype_policy
+from keras_cait.models.architecture import LAYER_NORM_EPSILON, ClassAttentionBlock, SelfAttentionBlock, has_dtype_policy
 
 
 def folds(model, any_policy=False):

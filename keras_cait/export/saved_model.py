@@ -43,7 +43,7 @@ from keras_cait.atomic import written_atomically
 from keras_cait.evaluation_transform import IMAGE_FORMATS, decode_image, evaluation_transform, has_image_signature
 from keras_cait.export.core import check_version_folder, inference_form, quantized, require_tensorflow_backend
 from keras_cait.export.inference_graph import InferenceGraph
-from keras_cait.model import checked_class_names, class_count, class_names_of
+from keras_cait.models.architecture import checked_class_names, class_count, class_names_of
 
 
 def export_saved_model(
@@ -267,7 +267,7 @@ def _class_names(class_names, model):
         raise ValueError(
             f"The model has {classes} classes and no class_names of its own; pass "
             f"class_names=[...] ({classes} names in index order) for the top_k_classes output, "
-            "or name them: keras_cait.model.with_class_names(model, [...]). ImageNet names are only "
+            "or name them: keras_cait.models.with_class_names(model, [...]). ImageNet names are only "
             "known for 1000 classes."
         )
     return list(checked_class_names(names, model))

@@ -1,10 +1,10 @@
-"""`CaiTBackbone`: the CaiT of `keras_cait.model.build_cait` as a keras-hub Backbone."""
+"""`CaiTBackbone`: the CaiT of `keras_cait.models.build_cait` as a keras-hub Backbone."""
 
 import keras
 import keras_hub
 
 from keras_cait.hub import presets
-from keras_cait.model import build_cait
+from keras_cait.models.architecture import build_cait
 
 
 @keras.saving.register_keras_serializable(package="keras_cait")
@@ -13,14 +13,14 @@ class CaiTBackbone(keras_hub.models.Backbone):
 
     Patch embedding, `depth` self-attention blocks (talking heads, LayerScale),
     `class_attention_depth` class-attention blocks and the final LayerNorm, as
-    `keras_cait.model.build_cait` builds them (the same layer names, so the same
+    `keras_cait.models.build_cait` builds them (the same layer names, so the same
     timm key map). Inputs are images already normalised with the ImageNet mean
     and std (`CaiTImageConverter` does it); the output is
     `(batch, 1 + patches, embed_dim)`, the class token first.
 
     Args:
         image_shape: `(height, width, 3)`, sides multiples of `patch_size`.
-        embed_dim, depth, num_heads, init_values: as in `keras_cait.variants.VARIANTS`.
+        embed_dim, depth, num_heads, init_values: as in `keras_cait.models.VARIANTS`.
         patch_size: side of the square patches (16 for every CaiT).
         mlp_ratio: MLP width / `embed_dim`.
         class_attention_depth: number of class-attention blocks (2).

@@ -6,7 +6,7 @@ import keras_hub
 from keras_cait.hub import presets
 from keras_cait.hub.cait_backbone import CaiTBackbone
 from keras_cait.hub.cait_image_classifier_preprocessor import CaiTImageClassifierPreprocessor
-from keras_cait.model import float32_if_mixed
+from keras_cait.models.architecture import float32_if_mixed
 
 POOLING_MODES = ("token", "avg")
 

@@ -1,7 +1,7 @@
 """The released CaiT checkpoints as keras-hub presets, named as timm names them.
 
 A preset name (`"cait_s24_224"`) gives the architecture (the variant table,
-`keras_cait.variants.VARIANTS`) at the checkpoint's resolution: `backbone_config`.
+`keras_cait.models.variants.VARIANTS`) at the checkpoint's resolution: `backbone_config`.
 Its weights are timm's `model.safetensors`, fetched, verified and cached as
 `weights="imagenet"` gets them, by `keras_cait.weights` (the Hugging Face cache where
 huggingface_hub is installed, else keras_cait's downloader and cache), and put straight
@@ -12,8 +12,8 @@ a checkpoint file instead, with no network (`weights_argument`).
 
 import os
 
-from keras_cait.model import build_cait
-from keras_cait.variants import VARIANTS, parse_model_name
+from keras_cait.models.architecture import build_cait
+from keras_cait.models.variants import VARIANTS, parse_model_name
 from keras_cait.weights import (
     CHECKPOINTS, checkpoint_grid, load_imagenet_weights, load_state_dict, load_weights_file, read_checkpoint,
 )

@@ -1,13 +1,17 @@
-"""Transfer learning: a new head, freezing the backbone, fine-tuning at another resolution."""
+"""Model surgery on a CaiT: a new head, freezing the backbone, another resolution or dtype
+policy, LoRA updates merged into the kernels. Each returns a model (or changes one) and
+trains nothing; `keras_cait.training` and `keras_cait.export` both use them."""
 
 import numbers
+import os
+import tempfile
 
 import keras
 
 from keras_cait.layers import PatchEmbedding, PositionEmbedding
 from keras_cait.layers.initializers import linear_kernel
 from keras_cait.layers.position_embedding import resize_position_embedding
-from keras_cait.model import CaiTModel, has_dtype_policy, layer_dtype, with_class_names
+from keras_cait.models.architecture import CaiTModel, has_dtype_policy, layer_dtype, with_class_names
 
 HEAD_NAME = "predictions"
 _FEATURE_LAYERS = ("token_pool", "avg_pool")
@@ -129,6 +133,22 @@ def with_dtype_policy(model, policy):
     if has_dtype_policy(model, policy):
         return model
     return _rebuilt(model, repolicy)
+
+
+def merge_lora(model):
+    """A copy of `model` with every LoRA update folded into its kernel: `W ← W + (alpha/rank)·A B`.
+
+    The copy has the architecture and weight layout of a plain CaiT (no LoRA
+    variables), so it saves, converts and exports like any other; its outputs
+    equal those of `model`. A model without LoRA is copied unchanged.
+    """
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "merged.weights.h5")
+        # A LoRA Dense saves its merged kernel (W + (alpha/rank)·A B), not A and B.
+        model.save_weights(path)
+        merged = model.__class__.from_config(model.get_config())
+        merged.load_weights(path)
+    return merged
 
 
 def _rebuilt(model, edit, copy_weights=None):

@@ -13,7 +13,7 @@ import logging
 import os
 import re
 
-from keras_cait.model import build_cait, channels_last_shape, image_shape
+from keras_cait.models.architecture import build_cait, channels_last_shape, image_shape
 from keras_cait.weights import CHECKPOINTS, load_imagenet_weights, load_weights_file
 
 #                  width          depth      heads         LayerScale init
@@ -266,7 +266,7 @@ def _layer_scale_init(value):
 def markdown_table():
     """The variant table of README.md and docs/weights.md (between their `variants` markers):
     one line per row of `VARIANTS`, its released checkpoints from `CHECKPOINTS`.
-    scripts/variant_tables.py writes it there; tests/test_variants.py fails when a copy differs."""
+    scripts/variant_tables.py writes it there; tests/models/test_variants.py fails when a copy differs."""
     lines = [
         "| constructor | depth (SA + CA) | width | heads | LayerScale init | released ImageNet checkpoints |",
         "|---|---|---|---|---|---|",

@@ -16,8 +16,8 @@ finetune | evaluate` call; it reads data with tf.data, so it is imported on its 
     augment.Augmentation      the whole per-image and per-batch augmentation with DeiT's defaults
     sources                   tf.data sources: image folders, TFRecords, TFDS
     stream                    resumable training batches and evaluation batches
-    transfer                  new heads, freezing, fine-tuning at another resolution
-    lora                      LoRA fine-tuning (enable_lora) and its merge for export (merge_lora)
+    transfer                  new heads, freezing, another resolution or dtype (keras_cait.models.surgery's)
+    lora                      LoRA fine-tuning (enable_lora); merge_lora is keras_cait.models.surgery's
     resume                    step-exact backups and a resuming fit
     distribute                MirroredStrategy / MultiWorkerMirroredStrategy / DataParallel
 """

@@ -25,12 +25,9 @@ Example:
     served = merge_lora(model)           # a plain CaiT: export it like any other
 """
 
-import os
-import tempfile
-
 import keras
 
-from keras_cait.training.transfer import HEAD_NAME
+from keras_cait.models.surgery import HEAD_NAME, merge_lora  # noqa: F401  merge_lora: also keras_cait.training.lora's
 
 ATTENTION_PROJECTIONS = ("qkv", "query", "key", "value", "output_projection")
 
@@ -96,22 +93,6 @@ def enable_lora(model, rank, targets=ATTENTION_PROJECTIONS, alpha=None):
     # Layers stay trainable so that the variables' own flags decide.
     model.trainable = True
     return model
-
-
-def merge_lora(model):
-    """A copy of `model` with every LoRA update folded into its kernel: `W ← W + (alpha/rank)·A B`.
-
-    The copy has the architecture and weight layout of a plain CaiT (no LoRA
-    variables), so it saves, converts and exports like any other; its outputs
-    equal those of `model`. A model without LoRA is copied unchanged.
-    """
-    with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, "merged.weights.h5")
-        # A LoRA Dense saves its merged kernel (W + (alpha/rank)·A B), not A and B.
-        model.save_weights(path)
-        merged = model.__class__.from_config(model.get_config())
-        merged.load_weights(path)
-    return merged
 
 
 def lora_weights(model):

@@ -29,7 +29,7 @@ TRAINING = ["--head-epochs", "1", "--epochs", "0", "--batch-size", "4", "--preci
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
     """A tiny 3-class CaiT saved as .keras: `--model` of finetune (a new head) and evaluate."""
-    from keras_cait.model import build_cait
+    from keras_cait.models.architecture import build_cait
 
     path = tmp_path_factory.mktemp("model") / "tiny.keras"
     build_cait(**TINY_CAIT, input_shape=(TINY_SIZE, TINY_SIZE, 3), classes=3).save(path)

@@ -131,7 +131,7 @@ def test_a_named_model_runs_at_one_size_in_every_command_the_size_weights_imagen
 ):
     """cait_xs24 has one checkpoint, at 384: predict, evaluate, finetune and CaiT_XS24() all build
     it at 384 (evaluate once built it at 224 and resized the 384 checkpoint)."""
-    from keras_cait import variants
+    from keras_cait.models import variants
 
     built = []
 
@@ -190,7 +190,7 @@ def test_train_finetune_and_evaluate_are_subcommands_with_their_own_flags(capsys
 @pytest.fixture(scope="module")
 def saved_classifier(tmp_path_factory):
     """A tiny random CaiT of 4 named classes saved as a .keras file, and the model."""
-    from keras_cait.model import build_cait
+    from keras_cait.models.architecture import build_cait
     from tests.conftest import TINY_CAIT, TINY_SIZE
     from tests.layers.reference import randomize
 

@@ -228,7 +228,7 @@ def _image(path, size=(40, 50)):
 @pytest.fixture(scope="module")
 def tiny_keras_model(tmp_path_factory):
     """A 10-class tiny CaiT saved as .keras (outside every row's folder)."""
-    from keras_cait.model import build_cait
+    from keras_cait.models.architecture import build_cait
     from tests.conftest import TINY_CAIT, TINY_SIZE
 
     path = tmp_path_factory.mktemp("model") / "tiny.keras"
@@ -308,7 +308,7 @@ def guards(monkeypatch):
     """Fails a row that builds or loads a model, or reads data, unless the row says it may."""
     import keras
 
-    import keras_cait.variants
+    import keras_cait.models.variants
     from keras_cait.training import run, sources
 
     def guard(reads):
@@ -319,7 +319,7 @@ def guards(monkeypatch):
             return refused
 
         if "model" not in reads:
-            for module, name in ((keras_cait.variants, "cait"), (run, "cait"), (run, "build_cait"),
+            for module, name in ((keras_cait.models.variants, "cait"), (run, "cait"), (run, "build_cait"),
                                  (keras.models, "load_model")):
                 monkeypatch.setattr(module, name, refuse(f"built or loaded a model ({name})"))
         if "data" not in reads:
@@ -597,7 +597,7 @@ def test_an_error_while_exporting_names_the_version_folder_not_the_hidden_one(ki
 
     from keras_cait import export as exporters
     from keras_cait.cli import commands
-    from keras_cait.model import build_cait
+    from keras_cait.models.architecture import build_cait
     from tests.conftest import TINY_CAIT
 
     version = str(tmp_path / "serving" / "1")

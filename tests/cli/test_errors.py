@@ -43,9 +43,9 @@ def test_predict_offline_with_the_default_weights_names_the_weights_flag(offline
 
 
 def test_predict_reads_the_images_before_building_the_model(monkeypatch, no_network, tmp_path):
-    import keras_cait.variants
+    import keras_cait.models.variants
 
-    monkeypatch.setattr(keras_cait.variants, "cait", lambda *a, **k: pytest.fail("model built"))
+    monkeypatch.setattr(keras_cait.models.variants, "cait", lambda *a, **k: pytest.fail("model built"))
     missing = str(tmp_path / "missing.jpg")
     message = one_line_error(["predict", missing])
     assert message == f"keras-cait predict: image {missing!r}: no such file; check the path."
@@ -166,7 +166,7 @@ def test_running_out_of_memory_is_one_line_naming_what_to_lower(command, kind, t
     """The step that runs out is replaced by one raising the error (nothing this big is allocated)."""
     from keras_cait import export as exporters
     from keras_cait.cli import commands
-    from keras_cait.model import CaiTModel, build_cait
+    from keras_cait.models.architecture import CaiTModel, build_cait
     from tests.conftest import TINY_CAIT
 
     def step(*args, **kwargs):
@@ -203,7 +203,7 @@ def test_running_out_of_memory_is_one_line_naming_what_to_lower(command, kind, t
 @pytest.mark.large
 def test_a_finetune_whose_training_step_runs_out_of_memory_ends_in_the_line(tiny_cait, digits, tmp_path, capfd, policy):
     """The real run, up to the first training step, which raises TensorFlow's out-of-memory error."""
-    from keras_cait.model import CaiTModel
+    from keras_cait.models.architecture import CaiTModel
 
     folder = digits(tmp_path / "digits", per_class=2, classes=range(2))
     model_path = str(tmp_path / "pretrained.keras")

@@ -69,7 +69,7 @@ def test_each_output_goes_to_its_exporter(output, exporter, options, tmp_path, m
     from keras_cait import export as exporters
     from keras_cait.cli import commands
     from keras_cait.export import formats
-    from keras_cait.model import build_cait
+    from keras_cait.models.architecture import build_cait
     from tests.conftest import TINY_CAIT
 
     model = build_cait(**TINY_CAIT, input_shape=(32, 32, 3))

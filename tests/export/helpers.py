@@ -11,7 +11,7 @@ import tensorflow as tf
 from PIL import Image
 from tensorflow.core.protobuf import saved_model_pb2
 
-from keras_cait.model import build_cait
+from keras_cait.models.architecture import build_cait
 from tests.conftest import TINY_CAIT, TINY_SIZE
 from tests.layers.reference import randomize
 

@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from keras_cait.export import export_litert, export_onnx, export_openvino, export_saved_model
 from keras_cait.export.inference_graph import InferenceGraph, folds
-from keras_cait.model import build_cait
+from keras_cait.models.architecture import build_cait
 from keras_cait.weights import load_weights_file
 from tests.conftest import TINY_CAIT, TINY_SIZE, TimmReference
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from keras_cait.layers import PositionEmbedding
-from keras_cait.model import build_cait
+from keras_cait.models.architecture import build_cait
 from tests.layers.reference import randomize
 
 

@@ -9,7 +9,7 @@ import pytest
 from scipy.special import erf
 
 import keras_cait
-from keras_cait.model import ClassAttentionBlock, SelfAttentionBlock
+from keras_cait.models.architecture import ClassAttentionBlock, SelfAttentionBlock
 from tests.conftest import TINY_CAIT, TINY_SIZE
 from tests.layers.reference import randomize
 
@@ -258,14 +258,14 @@ def test_the_model_is_deterministic_at_inference_and_random_in_training(tiny_cai
      ("xxs24", ("XXS24", None)), ("CaiT_S24_384", ("S24", 384)), (" m48_448 ", ("M48", 448))],
 )
 def test_a_model_name_in_any_of_its_forms(name, expected):
-    from keras_cait.variants import parse_model_name
+    from keras_cait.models.variants import parse_model_name
 
     assert parse_model_name(name) == expected
 
 
 @pytest.mark.parametrize("name", ["cait_xxs25", "cait_s24_big", "cait_s24_0", "vit_s24", "S24_224_1", ""])
 def test_an_unknown_model_name_lists_the_valid_ones(name):
-    from keras_cait.variants import cait, parse_model_name
+    from keras_cait.models.variants import cait, parse_model_name
 
     every_variant = re.escape(", ".join(keras_cait.VARIANTS))
     for call in (parse_model_name, lambda n: cait(n, weights=None)):
@@ -275,7 +275,7 @@ def test_an_unknown_model_name_lists_the_valid_ones(name):
 
 @pytest.mark.large
 def test_cait_by_name_takes_its_resolution_as_the_input_size():
-    from keras_cait.variants import cait
+    from keras_cait.models.variants import cait
 
     assert cait("cait_xxs24_384", weights=None).input_shape == (None, 384, 384, 3)
     assert cait("xxs24", weights=None).input_shape == (None, 224, 224, 3)
@@ -313,7 +313,7 @@ def test_class_names_are_one_str_per_class(tiny_cait, names, error, tmp_path):
     """One check (`checked_class_names`) wherever names are given: the model's attribute,
     `with_class_names` and the SavedModel export."""
     from keras_cait.export import export_saved_model
-    from keras_cait.model import with_class_names
+    from keras_cait.models.architecture import with_class_names
 
     model = tiny_cait(classes=3)
     plain = keras.Model(model.inputs, model.outputs, name=model.name)
@@ -327,7 +327,7 @@ def test_class_names_are_one_str_per_class(tiny_cait, names, error, tmp_path):
 
 
 def test_with_class_names_names_any_functional_classifier_in_place_or_over_its_layers(tiny_cait, tmp_path):
-    from keras_cait.model import CaiTModel, with_class_names
+    from keras_cait.models.architecture import CaiTModel, with_class_names
     from keras_cait.training.callbacks import save_model
 
     model = tiny_cait(classes=2)
@@ -343,7 +343,7 @@ def test_with_class_names_names_any_functional_classifier_in_place_or_over_its_l
 
 @pytest.mark.large
 def test_class_names_of_a_model_its_own_else_imagenet_s_for_1000_classes(tiny_cait):
-    from keras_cait.model import class_names_of
+    from keras_cait.models.architecture import class_names_of
     from keras_cait.preprocessing import imagenet_classes
 
     named = tiny_cait(classes=2)

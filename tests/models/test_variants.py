@@ -1,4 +1,4 @@
-"""keras_cait.variants: the variant table, the CaiT_* constructors made from it, and its copies in the docs.
+"""keras_cait.models.variants: the variant table, the CaiT_* constructors made from it, and its copies in the docs.
 
 Every test here runs over `VARIANTS`, so a new row is tested as the others are. Whether a row's
 numbers are the reference's is checked here; whether keras_cait computes what timm computes for
@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 import keras_cait
-from keras_cait import variants
-from keras_cait.variants import VARIANTS
+from keras_cait.models import variants
+from keras_cait.models.variants import VARIANTS
 from keras_cait.weights import CHECKPOINTS
 
-REPOSITORY = pathlib.Path(__file__).resolve().parent.parent
+REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
 TABLE_PAGES = ("README.md", "docs/weights.md")
 KERAS_APPLICATIONS_ARGUMENTS = ["include_top", "weights", "input_tensor", "input_shape", "pooling", "classes",
                                 "classifier_activation"]
@@ -77,7 +77,7 @@ def reference_init(variant):
     if not archs:
         assert variant in NOT_IN_TIMM, (
             f"timm has no cait_{variant.lower()}_*: state its LayerScale init, and where it comes from, "
-            "in NOT_IN_TIMM in tests/test_variants.py"
+            "in NOT_IN_TIMM in tests/models/test_variants.py"
         )
         return NOT_IN_TIMM[variant]
     inits = set()
@@ -138,7 +138,7 @@ def test_each_constructor_is_a_documented_function_of_its_row(variant):
     assert inspect.isfunction(constructor)
     assert constructor is getattr(variants, f"CaiT_{variant}")
     assert (constructor.__name__, constructor.__qualname__, constructor.__module__) == (
-        f"CaiT_{variant}", f"CaiT_{variant}", "keras_cait.variants")
+        f"CaiT_{variant}", f"CaiT_{variant}", "keras_cait.models.variants")
     parameters = inspect.signature(constructor).parameters
     assert list(parameters)[:7] == KERAS_APPLICATIONS_ARGUMENTS
     released = [arch for arch in CHECKPOINTS if arch.startswith(f"cait_{variant.lower()}_")]

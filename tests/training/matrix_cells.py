@@ -31,7 +31,7 @@ def stream(argv):
     import keras
     import numpy as np
 
-    from keras_cait.model import build_cait
+    from keras_cait.models.architecture import build_cait
     from keras_cait.training import Augmentation, adamw, sources
     from keras_cait.training.stream import training_stream
 
@@ -60,7 +60,7 @@ def arrays(argv):
     import numpy as np
 
     import keras_cait  # noqa: F401  CaiT's classes for load_model
-    from keras_cait.model import build_cait
+    from keras_cait.models.architecture import build_cait
     from keras_cait.training import MixupCutmix, adamw, warmup_cosine
 
     precision, tiny = argv[0], json.loads(argv[1])

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_cait.model import IMAGENET_MEAN, IMAGENET_STD
+from keras_cait.models.architecture import IMAGENET_MEAN, IMAGENET_STD
 from keras_cait.training import augment
 from keras_cait.training.random_erasing import erasing_box
 

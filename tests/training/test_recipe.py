@@ -7,7 +7,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_cait.model import build_cait
+from keras_cait.models.architecture import build_cait
 from keras_cait.training import Augmentation, adamw, resume, schedule
 from keras_cait.training.recipe import DEIT, RECIPES, Recipe
 from keras_cait.training.resume import BackupError, RunRecord

@@ -60,7 +60,7 @@ def saved_models(tmp_path_factory):
     """A tiny CaiT (the model to fine-tune) and a tiny teacher, both for 2 classes."""
     import keras
 
-    from keras_cait.model import build_cait
+    from keras_cait.models.architecture import build_cait
 
     root = tmp_path_factory.mktemp("models")
     student, teacher = str(root / "student.keras"), str(root / "teacher.keras")

@@ -1,0 +1,54 @@
+"""Old import paths of moved modules: importing one still works, with a DeprecationWarning.
+
+`MOVED` is the one table, {old module: new module}; a row keeps an old path for a release.
+`import keras_cait.model` (or `from keras_cait.model import build_cait`) gives the new module
+itself, `keras_cait.models.architecture`, so the names, and a monkeypatch of them, are shared.
+`keras_cait/__init__.py` installs the finder first thing; `keras_cait.model` read as an
+attribute of the package goes through the same import (`module_attribute`).
+"""
+
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+import warnings
+
+MOVED = {
+    "keras_cait.model": "keras_cait.models.architecture",
+    "keras_cait.variants": "keras_cait.models.variants",
+}
+
+
+class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in MOVED:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec):
+        # stacklevel 2: the line that imports the old path (warnings skips the import machinery's frames).
+        warnings.warn(f"{spec.name} moved to {MOVED[spec.name]}; import it from there (the old path "
+                      "goes in the next release).", DeprecationWarning, stacklevel=2)
+        module = importlib.import_module(MOVED[spec.name])
+        spec.loader_state = module.__spec__  # the import machinery sets the old path's spec on it
+        return module
+
+    def exec_module(self, module):
+        """The new module ran when it was imported; its own spec is put back."""
+        module.__spec__ = module.__spec__.loader_state
+
+
+_FINDER = _Alias()
+
+
+def install():
+    """Puts the finder first on `sys.meta_path` (once): the old files are gone, so it answers
+    before the path finder would find nothing."""
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)
+
+
+def module_attribute(package, name):
+    """The moved module `package.name` (imported through its old path, so it warns), or None."""
+    old = f"{package}.{name}"
+    return importlib.import_module(old) if old in MOVED else None

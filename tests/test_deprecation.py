@@ -1,0 +1,50 @@
+"""keras_cait.deprecation: every old path of a moved module imports, with a DeprecationWarning
+naming the new one, and is the new module itself."""
+
+import json
+import subprocess
+import sys
+
+from keras_cait.deprecation import MOVED
+from tests.test_imports import REPOSITORY
+
+CHECK = """
+import importlib, json, sys, warnings
+import keras_cait
+from keras_cait.deprecation import MOVED
+
+found = {}
+for old, new in MOVED.items():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        names = {}
+        exec(compile(f"import {old} as module", __file__, "exec"), names)  # an import statement of this file
+        module = names["module"]
+    found[old] = {
+        "same": module is importlib.import_module(new),
+        "spec": module.__spec__.name,
+        "warnings": [(w.category.__name__, str(w.message), w.filename) for w in caught],
+    }
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    del sys.modules["keras_cait.model"], keras_cait.model
+    attribute = keras_cait.model  # read as an attribute, never imported by that name
+found["attribute"] = {"same": attribute is importlib.import_module("keras_cait.models.architecture"),
+                      "warnings": [w.category.__name__ for w in caught]}
+print(json.dumps(found))
+"""
+
+
+def test_every_old_path_is_the_new_module_with_a_deprecation_warning_at_the_importing_line(tmp_path):
+    script = tmp_path / "old_paths.py"
+    script.write_text(CHECK)
+    done = subprocess.run([sys.executable, str(script)], cwd=REPOSITORY, capture_output=True, text=True,
+                          timeout=300, env={"PYTHONPATH": REPOSITORY, "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    for old, new in MOVED.items():
+        assert found[old]["same"], f"{old} is not {new}"
+        assert found[old]["spec"] == new, "the new module lost its own spec"
+        assert found[old]["warnings"] == [["DeprecationWarning", f"{old} moved to {new}; import it from there "
+                                           "(the old path goes in the next release).", str(script)]]
+    assert found["attribute"] == {"same": True, "warnings": ["DeprecationWarning"]}
