@@ -42,8 +42,11 @@ def crop_boxes(uniforms, image_height, image_width, scale, ratio, ops=keras.ops)
     top = ops.floor(uniforms[..., 2] * (image_height - height + 1))
     left = ops.floor(uniforms[..., 3] * (image_width - width + 1))
     attempts = ops.stack([top, left, height, width], axis=-1)
-    first_fit = ops.argmax(ops.cast(fits, "int32"), axis=1)
-    chosen = ops.take_along_axis(attempts, first_fit[:, None, None], axis=1)[:, 0]
+    # The first box that fits, picked by a one-hot product (exact: each box times 1, the others
+    # times 0), not take_along_axis: TensorFlow's gathers there transpose int32 indices, and
+    # wherever oneDNN is on it logs "oneDNN supports DT_INT32 only on platforms with AVX-512".
+    first_fit = ops.one_hot(ops.argmax(ops.cast(fits, "float32"), axis=1), ATTEMPTS, dtype="float32")
+    chosen = ops.sum(attempts * first_fit[..., None], axis=1)
 
     fallback = central_box(image_height, image_width, ratio, ops)
     any_fit = ops.any(fits, axis=1)[:, None]

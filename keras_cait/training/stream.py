@@ -11,7 +11,6 @@ reference's evaluation transform (`keras_cait.evaluation_transform`).
 import math
 
 import tensorflow as tf
-import tensorflow.experimental.numpy as tnp
 
 from keras_cait.evaluation_transform import decode_image, decoded_size, evaluation_transform
 from keras_cait.training import augment, mixup_cutmix, random_resized_crop
@@ -44,7 +43,7 @@ class _TensorFlowOps:
     shape = staticmethod(tf.shape)
     sqrt = staticmethod(tf.sqrt)
     stack = staticmethod(lambda values, axis=0: tf.stack(values, axis=axis))
-    take_along_axis = staticmethod(tnp.take_along_axis)
+    sum = staticmethod(lambda x, axis=None: tf.reduce_sum(x, axis=axis))
     where = staticmethod(tf.where)
     zeros = staticmethod(tf.zeros)
 

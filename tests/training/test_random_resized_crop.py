@@ -1,6 +1,9 @@
 """RandomResizedCrop: torchvision/timm's box sampling, and crops that land exactly on the box."""
 
 import math
+import os
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -107,3 +110,23 @@ def test_config_round_trip_and_argument_errors():
         RandomResizedCrop(224, 224, scale=(0.5, 0.1))
     with pytest.raises(ValueError, match="channels-last"):
         RandomResizedCrop(224, 224, data_format="channels_first")
+
+
+def test_the_box_pick_in_a_tf_data_stream_gives_onednn_nothing_to_complain_of():
+    """The first fitting box is picked without integer ops that TensorFlow's oneDNN pass checks
+    (a take_along_axis there transposed int32 indices and logged "oneDNN supports DT_INT32 only
+    on platforms with AVX-512" in every run where oneDNN is on); oneDNN is turned on here, so
+    the test holds on every x86 CPU kind."""
+    code = (
+        "import tensorflow as tf\n"
+        "from keras_cait.training.random_resized_crop import ATTEMPTS, crop_boxes\n"
+        "from keras_cait.training.stream import TF_OPS\n"
+        "def boxes(index):\n"
+        "    uniforms = tf.random.stateless_uniform((2, ATTEMPTS, 4), seed=tf.stack([index, 0]))\n"
+        "    return crop_boxes(uniforms, 60, 100, (0.08, 1.0), (3 / 4, 4 / 3), ops=TF_OPS)\n"
+        "print(sum(float(tf.reduce_sum(b)) for b in tf.data.Dataset.range(3).map(boxes)) > 0)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TF_ENABLE_ONEDNN_OPTS": "1", "TF_CPP_MIN_LOG_LEVEL": "1"})
+    assert done.returncode == 0 and done.stdout.split()[-1] == "True", done.stderr[-3000:]
+    assert "oneDNN supports" not in done.stderr, done.stderr[-3000:]
