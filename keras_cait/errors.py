@@ -2,6 +2,7 @@
 
     ArgumentError    a ValueError: `argument`, `value`, `problem`, `allowed`, `usage`
     Named            an argument (and a value) inside an error's text: each caller spells it its own way
+    Said             the same for an error of another kind (a download's ConnectionError) that names one
     ExtraMissing     an ImportError naming the optional extra that installs what is missing
     require_extra    imports a module of an optional extra, or raises `ExtraMissing`
 
@@ -113,6 +114,23 @@ def _rebuilt(kind, state):
     error.__dict__.update(state)
     Exception.__init__(error, error.render())
     return error
+
+
+class Said:
+    """An exception whose text names arguments inside it (`Named` parts, e.g. the advice
+    `weights='/path/to/model.safetensors'`), for an error of another kind than `ArgumentError`
+    (`class DownloadError(Said, ConnectionError)`): made from its `parts`, `str()` speaks Python
+    and `render(name)` another spelling."""
+
+    def __init__(self, *parts):
+        self.parts = parts
+        super().__init__(spoken(parts))
+
+    def render(self, name=python_name):
+        return " ".join(spoken(self.parts, name).split())
+
+    def __str__(self):
+        return self.render()
 
 
 class ExtraMissing(ModuleNotFoundError):

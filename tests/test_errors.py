@@ -321,3 +321,14 @@ def test_an_installed_module_that_fails_to_import_keeps_its_own_error(tmp_path, 
     with pytest.raises(ModuleNotFoundError) as raised:
         require_extra("export_thing", "thing", "broken_extra_module")
     assert not isinstance(raised.value, ExtraMissing) and raised.value.name == "no_such_dependency_of_it"
+
+
+def test_an_error_of_another_kind_names_its_arguments_as_parts():
+    from keras_cait.errors import Named, Said
+    from keras_cait.weights import DownloadError
+
+    error = DownloadError("No network. Pass a local file: ", Named("weights", "/path/to/model.safetensors"), ".")
+    assert isinstance(error, ConnectionError) and isinstance(error, Said)
+    assert str(error) == "No network. Pass a local file: weights='/path/to/model.safetensors'."
+    assert error.render(lambda named: f"--{named.argument} {named.value}") == (
+        "No network. Pass a local file: --weights /path/to/model.safetensors.")

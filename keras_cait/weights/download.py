@@ -41,7 +41,9 @@ import warnings
 import keras
 
 from keras_cait import atomic
+from keras_cait.errors import Said
 from keras_cait.weights import hf_cache, registry
+from keras_cait.weights.hf_cache import LOCAL_FILE
 
 try:
     import fcntl
@@ -57,10 +59,12 @@ _LOCK_POLL_SECONDS = 0.1
 IMAGENET_CLASSES = 1000
 
 
-class DownloadError(ConnectionError):
+class DownloadError(Said, ConnectionError):
     """A download of ImageNet weights failed; the message names the URL and what to do.
 
-    A `ConnectionError`, hence an `OSError`: code catching those keeps working.
+    A `ConnectionError`, hence an `OSError`: code catching those keeps working. Made from its
+    parts (`keras_cait.errors.Said`): the advice names `weights=` as a `Named`, which the command
+    line writes as its flag.
     """
 
 
@@ -71,10 +75,8 @@ def cache_dir():
 
 
 def _advice(arch):
-    return (
-        f"Without network, fetch that file elsewhere and pass its path: "
-        f"weights='/path/to/model.safetensors' (or the official {registry.official_pth(arch)})."
-    )
+    return ("Without network, fetch that file elsewhere and pass its path: ", LOCAL_FILE,
+            f" (or the official {registry.official_pth(arch)}).")
 
 
 def _http_only(arch, url, via=None):
@@ -84,7 +86,7 @@ def _http_only(arch, url, via=None):
             f"Refusing to download the ImageNet weights of {arch} from {url!r}"
             + (f" (a redirect from {via})" if via else "")
             + f": only http and https URLs are opened. If {registry.HUB_URL_ENV} is set, point "
-            f"it at an http(s) mirror of {registry.HUB_URL}. " + _advice(arch)
+            f"it at an http(s) mirror of {registry.HUB_URL}. ", *_advice(arch)
         )
     return url
 
@@ -99,7 +101,7 @@ def _reachable(arch, url):
     if why:
         raise DownloadError(
             f"Could not download the ImageNet weights of {arch} from {url}: {why}; nothing was "
-            f"downloaded or cached. Try again later. " + _advice(arch)
+            f"downloaded or cached. Try again later. ", *_advice(arch)
         )
 
 
@@ -152,7 +154,7 @@ def _first_response(arch, url):
             return cdn.open(location, timeout=TIMEOUT_SECONDS), headers
         url = urllib.parse.urljoin(url, location)
     raise DownloadError(
-        f"More than {_MAX_REDIRECTS} redirects within the hub from {url}. " + _advice(arch)
+        f"More than {_MAX_REDIRECTS} redirects within the hub from {url}. ", *_advice(arch)
     )
 
 
@@ -168,7 +170,7 @@ def _expected_digest(arch, url, headers):
         f"Cannot verify the ImageNet weights of {arch}: keras_cait pins no sha256 for them and "
         f"the server at {url} sent none (no X-Linked-Etag header on its first response, as "
         f"huggingface.co sends). Nothing was downloaded or cached. Download that file yourself, "
-        f"check it, and pass its path: weights='/path/to/model.safetensors'; or point "
+        "check it, and pass its path: ", LOCAL_FILE, f"; or point "
         f"{registry.HUB_URL_ENV} at a server that sends the hash."
     )
 
@@ -180,14 +182,12 @@ def _declared_size(arch, url, hub_headers, response, max_bytes):
         return None
     if not declared.strip().isdigit():
         raise DownloadError(
-            f"The server at {url} declares the size {declared!r}, not a number of bytes. "
-            + _advice(arch)
+            f"The server at {url} declares the size {declared!r}, not a number of bytes. ", *_advice(arch)
         )
     if max_bytes is not None and int(declared) > max_bytes:
         raise DownloadError(
             f"The server at {url} declares {int(declared)} bytes for the ImageNet weights of "
-            f"{arch}, more than the {max_bytes} bytes they can take; nothing was downloaded. "
-            + _advice(arch)
+            f"{arch}, more than the {max_bytes} bytes they can take; nothing was downloaded. ", *_advice(arch)
         )
     return int(declared)
 
@@ -229,7 +229,7 @@ def download(arch, destination, max_bytes=None):
             limit = size if size is not None else max_bytes
             if limit is None:
                 raise DownloadError(
-                    f"The server at {url} declares no size and no bound was given. " + _advice(arch)
+                    f"The server at {url} declares no size and no bound was given. ", *_advice(arch)
                 )
             progress = keras.utils.Progbar(size, unit_name="B") if size else None
             sha256 = hashlib.sha256()
@@ -241,7 +241,7 @@ def download(arch, destination, max_bytes=None):
         raise DownloadError(
             f"The server answered {error.code} {error.reason} for the ImageNet weights of {arch} "
             f"at {url}. If {registry.HUB_URL_ENV} is set, check that it points at a mirror of "
-            f"{registry.HUB_URL}; or pass a local file: weights='/path/to/model.safetensors'."
+            f"{registry.HUB_URL}; or pass a local file: ", LOCAL_FILE, "."
         ) from error
     except (OSError, http.client.HTTPException) as error:  # timeouts, resets, cut-off bodies
         if isinstance(error, OSError) and error.filename == destination:
@@ -250,13 +250,13 @@ def download(arch, destination, max_bytes=None):
         raise DownloadError(
             f"Could not download the ImageNet weights of {arch} from {url} "
             f"({type(error).__name__}: {error or 'no reason given'}) after {received} bytes; "
-            f"nothing was cached. Try again later. " + _advice(arch)
+            f"nothing was cached. Try again later. ", *_advice(arch)
         ) from error
     if received > limit:
         raise DownloadError(
             f"Download of {url} stopped: the server sent more than the {limit} bytes "
             + ("it declared" if size is not None else f"the weights of {arch} can take")
-            + ". Nothing was cached. " + _advice(arch)
+            + ". Nothing was cached. ", *_advice(arch)
         )
     if size is not None and received != size:
         raise DownloadError(

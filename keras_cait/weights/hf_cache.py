@@ -34,7 +34,20 @@ import time
 import urllib.parse
 import urllib.request
 
+from keras_cait.errors import Named, Said
 from keras_cait.weights import registry
+
+# What the errors of getting the weights advise: a local file instead (`weights=` as each caller
+# writes it: Python's keyword, the command line's flag).
+LOCAL_FILE = Named("weights", "/path/to/model.safetensors")
+
+
+class CacheError(Said, OSError):
+    """The weights in the Hugging Face cache cannot be used (corrupted, unverifiable)."""
+
+
+class NotCached(Said, ConnectionError):
+    """The weights are not in the Hugging Face cache, and the hub cannot give them."""
 
 FILENAME = "model.safetensors"
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -127,16 +140,16 @@ def _hub_sha256(huggingface_hub, arch):
     try:
         etag = huggingface_hub.get_hf_file_metadata(url).etag or ""
     except Exception as error:  # noqa: BLE001  any failure means: no hash to check against
-        raise OSError(
+        raise CacheError(
             f"Cannot verify the ImageNet weights of {arch} in the Hugging Face cache: the cached "
             f"file is no blob named by its sha256 (a cache without symlinks), keras_cait pins no "
             f"sha256 for it, and asking {url} for it failed ({error}). Pass the file's path "
-            f"instead: weights='/path/to/model.safetensors'."
+            "instead: ", LOCAL_FILE, "."
         ) from error
     if not _SHA256.fullmatch(etag):
-        raise OSError(
+        raise CacheError(
             f"Cannot verify the ImageNet weights of {arch}: {url} sent no sha256 (ETag {etag!r}) "
-            f"and keras_cait pins none. Pass a file you checked: weights='/path/to/model.safetensors'."
+            "and keras_cait pins none. Pass a file you checked: ", LOCAL_FILE, "."
         )
     return etag
 
@@ -179,11 +192,11 @@ def verify(huggingface_hub, arch, snapshot_path):
         else (_hub_sha256(huggingface_hub, arch), "the sha256 the hub sent (X-Linked-Etag)")
     )
     if actual != expected:
-        raise OSError(
+        raise CacheError(
             f"The ImageNet weights of {arch} in the Hugging Face cache ({blob}) are not the ones "
             f"keras_cait expects: their sha256 is {actual}, {source} is {expected}. Nothing was "
-            f"converted. If the hub's file changed, pass it explicitly once you trust it: "
-            f"weights='{snapshot_path}'."
+            "converted. If the hub's file changed, pass it explicitly once you trust it: ",
+            Named("weights", snapshot_path), "."
         )
 
 
@@ -223,12 +236,11 @@ def cached(huggingface_hub, arch):
 
 
 def _not_cached(arch, cache, reason):
-    return ConnectionError(
+    return NotCached(
         f"The ImageNet weights of {arch} are not in the Hugging Face cache ({cache}) and "
         f"{reason}. Download them where there is network (timm.create_model('{arch}', "
         f"pretrained=True) fills the same cache; HF_HUB_OFFLINE=1 then reads it with no network), "
-        f"or pass the file's path: weights='/path/to/model.safetensors' (or the official "
-        f"{registry.official_pth(arch)})."
+        "or pass the file's path: ", LOCAL_FILE, f" (or the official {registry.official_pth(arch)})."
     )
 
 
@@ -252,10 +264,10 @@ def checkpoint(huggingface_hub, arch):
                   else f"{where} is unreachable")
         raise _not_cached(arch, cache, reason) from error
     except errors.HfHubHTTPError as error:
-        raise ConnectionError(
+        raise NotCached(
             f"The Hugging Face hub at {where} refused the ImageNet weights of {arch} ({error}). "
-            f"If HF_ENDPOINT is set, check that it points at a mirror of https://huggingface.co; "
-            f"or pass a local file: weights='/path/to/model.safetensors'."
+            "If HF_ENDPOINT is set, check that it points at a mirror of https://huggingface.co; "
+            "or pass a local file: ", LOCAL_FILE, "."
         ) from error
     verify(huggingface_hub, arch, path)
     return path, f"Hugging Face cache file {path}"
