@@ -24,7 +24,8 @@ setup(
         "train": ["tensorboard"],
         "onnx": ["tf2onnx>=1.17", "onnx", "onnxruntime"],
         "litert": ["ai-edge-litert"],
-        "openvino": ["openvino"],
+        # NNCF: OpenVINO's own quantisation, export_openvino(quantization="int8" / "int8_weights").
+        "openvino": ["openvino", "nncf"],
         "plots": ["matplotlib"],
         # keras_cait.hub: keras-hub's preset API (from_preset, save_to_preset, upload_preset), and
         # weights="imagenet" through the Hugging Face cache. Tested with keras-hub 0.32.0.
@@ -46,6 +47,7 @@ setup(
             "ai-edge-litert",
             # pip install openvino took 9 s (one 50 MB wheel, one small dependency).
             "openvino",
+            "nncf",
             "matplotlib",
             "keras-hub>=0.32",
             "huggingface_hub",

@@ -28,8 +28,8 @@ from keras_cait.cli.errors import (
     writing,
 )
 from keras_cait.export.formats import (
+    CALIBRATION_SIZE,
     FORMATS,
-    QUANTIZATION_MODES,
     compute_dtypes,
     file_formats,
     folder_format,
@@ -200,6 +200,7 @@ def export(args):
                     "or export a version folder.")
     if args.compute_dtype != "float32" and args.quantization:
         raise usage(f"--compute-dtype {args.compute_dtype} with --quantization {args.quantization}: choose one.")
+    _check_calibration(output, args)
     _check_model_argument(args, "--top-k")
     check_range("--top-k", args.top_k, 1, example=5)
     try:
@@ -248,6 +249,12 @@ def _serving_class_names(model, args, names):
 def _export(exporters, model, output, args, class_names=None):
     row = format_of(output)
     options = {"quantization": args.quantization, "overwrite": args.overwrite}
+    if args.quantization in row.calibrated:  # NNCF's int8 calibrates on the images of --calibration-data
+        options["calibration"] = args.calibration_data
+        if args.calibration_size is not None:
+            options["calibration_size"] = args.calibration_size
+    if row.exporter == "export_openvino" and args.quantization:
+        options["verbose"] = True  # NNCF's modes: the line saying what it quantised (and calibration's time)
     if row.suffix is None:  # a SavedModel version folder, whose top_k outputs list the best classes
         options["top_k"] = args.top_k or min(5, _classes(model, args.model))
         options["compute_dtype"] = args.compute_dtype
@@ -260,10 +267,16 @@ def _export(exporters, model, output, args, class_names=None):
 def _export_help():
     """The help of `keras-cait export`, its OUTPUT and --quantization, from the formats table."""
     files = file_formats()
-    modes = "; ".join(
-        f"{mode}: {QUANTIZATION_MODES[mode]} ({', '.join(r.name for r in FORMATS if mode in r.quantizations)})"
-        for mode in quantization_modes()
-    )
+
+    def described(mode):
+        """`Keras int8 (SavedModel, ONNX), NNCF int8 ..., calibrated (OpenVINO)`: what `mode` is, per format."""
+        kinds = {}
+        for row in FORMATS:
+            if mode in row.quantizations:
+                kinds.setdefault(row.describe(mode), []).append(row.name)
+        return ", ".join(f"{kind} ({', '.join(names)})" for kind, names in kinds.items())
+
+    modes = "; ".join(f"{mode}: {described(mode)}" for mode in quantization_modes())
     return {
         "command": f"write a {folder_format().name} for TF Serving, or an {' / '.join(r.name for r in files)} file",
         "output": "TF Serving version folder MODEL_BASE_PATH/<n> (e.g. serving/cait/1), or a "
@@ -344,6 +357,13 @@ def build_parser():
                         "the model's outputs (default: the model's own, e.g. a fine-tuned .keras', or ImageNet's "
                         "for 1000 classes)")
     e.add_argument("--quantization", choices=quantization_modes(), help=export_help["quantization"])
+    e.add_argument("--calibration-data", metavar="FOLDER",
+                   help=f"{listed(f'{r.name} {m}' for r in FORMATS for m in r.calibrated)} only: images like those "
+                        "the model will classify (in FOLDER or its subfolders, e.g. the validation folder), read in "
+                        "the model's evaluation transform, to calibrate the int8 scales on")
+    e.add_argument("--calibration-size", type=int, metavar="N",
+                   help="how many of the --calibration-data images to calibrate on, spread evenly over them "
+                        f"(default: {CALIBRATION_SIZE}, NNCF's)")
     e.add_argument("--compute-dtype", choices=compute_dtypes(), default="float32",
                    help="SavedModel only: the dtype of the matmuls; bfloat16 for CPUs with bfloat16 units "
                         "and GPUs, float32 in and out (default: %(default)s)")

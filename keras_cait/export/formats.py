@@ -19,6 +19,8 @@ import dataclasses
 import importlib
 import os
 
+from keras_cait.errors import ArgumentError, Named
+
 
 @dataclasses.dataclass(frozen=True)
 class Format:
@@ -32,6 +34,8 @@ class Format:
     refusal: str | None = None  # why it takes no other `quantization` (a sentence), where there is more to say
     refusals: dict = dataclasses.field(default_factory=dict, hash=False)  # {mode: why that mode is refused}
     compute_dtypes: tuple = ("float32",)  # the `compute_dtype=` values it takes, float32 first
+    calibrated: tuple = ()  # the modes that need `calibration=` images (NNCF's int8)
+    modes: dict = dataclasses.field(default_factory=dict, hash=False)  # {mode: what it is here}, where not QUANTIZATION_MODES'
     writes: str = ""  # for docs/export.md: what the destination holds
     runs_on: str = ""  # for docs/export.md: what serves it
 
@@ -58,7 +62,7 @@ class Format:
         return f"cait{self.suffix}" if self.suffix else "serving/cait/1"
 
     def refused(self, quantization):
-        """The line refusing `quantization`, or None where this format takes it:
+        """The `ArgumentError` refusing `quantization`, or None where this format takes it:
 
             quantization='dynamic_int8': SavedModel (a version folder) takes int8, int4 or float8;
             ONNX (a .onnx file) int8; ... For dynamic_int8, export to a .tflite file, e.g. cait.tflite.
@@ -68,8 +72,41 @@ class Format:
         own = self.refusals.get(quantization) if isinstance(quantization, str) else None
         return self._refusal("quantization", quantization, own or self.refusal)
 
+    def describe(self, mode):
+        """What `quantization=mode` is in this format: "Keras int8", "NNCF int8, calibrated"."""
+        return self.modes.get(mode, QUANTIZATION_MODES[mode])
+
+    def refused_calibration(self, quantization, calibration):
+        """The `ArgumentError` refusing calibration images missing where `quantization` needs them
+        (NNCF's int8) or given where it takes none; None where they fit:
+
+            quantization='int8': OpenVINO (a .xml file) calibrates int8 on images like those the model
+            will classify; give calibration=FOLDER (...), or quantization='int8_weights', which needs none
+        """
+        needed = quantization in self.calibrated
+        if needed and calibration is None:
+            free = [mode for mode in self.quantizations if mode and mode not in self.calibrated]
+            return ArgumentError(
+                "quantization", quantization,
+                f"{self._label} calibrates {quantization} on images like those the model will classify",
+                ["give ", Named("calibration", shown="FOLDER"), " (a few hundred of them, e.g. its validation "
+                 "folder)", *([", or ", Named("quantization", free[0]), ", which needs none"] if free else [])],
+                usage=True)
+        if needed or calibration is None:
+            return None
+        takers = [[f"{row.name} ({row.destination}) with ", Named("quantization", mode)]
+                  for row in FORMATS for mode in row.calibrated]
+        joined = [part for index, taker in enumerate(takers) for part in ([" or "] if index else []) + taker]
+        folder = isinstance(calibration, (str, os.PathLike))
+        return ArgumentError(
+            "calibration", os.fspath(calibration) if folder else None,
+            [Named("quantization", quantization), f" to {self._label} takes no calibration images; only ", *joined,
+             " does"],
+            "leave it out, or export that", usage=True, shown=None if folder else "<images>")
+
     def refused_compute_dtype(self, compute_dtype):
-        """The line refusing `compute_dtype` ("bfloat16" to a .onnx file), or None where this format takes it."""
+        """The `ArgumentError` refusing `compute_dtype` ("bfloat16" to a .onnx file), or None where this format
+        takes it."""
         if compute_dtype in self.compute_dtypes:
             return None
         return self._refusal("compute_dtype", compute_dtype)
@@ -91,7 +128,8 @@ class Format:
                      f"{listed([row.example for row in takers], 'or')}.")
         else:
             where = f"No format takes {value}; give one of those, or leave {argument} out."
-        return " ".join(filter(None, [f"{argument}={value!r}: {listing}.", f"{why}." if why else None, where]))
+        return ArgumentError(argument, value, " ".join(filter(None, [f"{listing}.", f"{why}." if why else None, where])),
+                             usage=True)
 
     @property
     def _label(self):
@@ -141,16 +179,21 @@ FORMATS = (
         name="OpenVINO",
         suffix=".xml",
         exporter="export_openvino",
-        quantizations=(None,),
+        quantizations=(None, "int8", "int8_weights"),
         extra="openvino",
-        refusal="Keras' int8 model does not convert to OpenVINO correctly; export the float model and "
-                "compress it with OpenVINO's NNCF (nncf.compress_weights)",
+        refusal="OpenVINO's int8 is NNCF's (int8 calibrated, int8_weights data-free); Keras' int4 and float8 "
+                "models do not convert to OpenVINO correctly",
+        calibrated=("int8",),
+        modes={"int8": "NNCF int8 weights and activations, calibrated"},
         writes="OpenVINO IR: the `.xml` graph and its `.bin` weights beside it",
         runs_on="OpenVINO (Intel's CPU/GPU/NPU runtime)",
     ),
 )
 
 EXPORTERS = tuple(row.exporter for row in FORMATS)
+# The images NNCF's int8 calibrates on by default (`calibration_size`): NNCF's own default
+# (`nncf.quantize`'s subset_size); S24 calibrates on them in minutes on 2 cores.
+CALIBRATION_SIZE = 300
 
 # What each `quantization` mode is, for `keras-cait export --help`; docs/export.md tells more.
 QUANTIZATION_MODES = {
@@ -158,6 +201,7 @@ QUANTIZATION_MODES = {
     "int4": "Keras int4",
     "float8": "Keras float8",
     "dynamic_int8": "TFLite int8 weights",
+    "int8_weights": "NNCF int8 weights, no calibration",
 }
 
 

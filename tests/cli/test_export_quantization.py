@@ -11,8 +11,9 @@ from keras_cait.cli import main
     "output, quantization, message",
     [
         ("cait.tflite", "int8", r"LiteRT \(a .tflite file\) takes dynamic_int8;.*does not convert to LiteRT"),
-        ("cait.xml", "int8", r"OpenVINO \(a .xml file\) takes float only;.*export to a SavedModel version "
-                             r"folder or a .onnx file"),
+        ("cait.xml", "int4", r"OpenVINO \(a .xml file\) takes int8 or int8_weights;.*export to a SavedModel "
+                             r"version folder"),
+        ("cait.onnx", "int8_weights", r"ONNX \(a .onnx file\) takes int8;.*export to a .xml file, e.g. cait.xml\.$"),
         ("cait.onnx", "dynamic_int8", r"ONNX \(a .onnx file\) takes int8;.*export to a .tflite file"),
         ("serving/cait/1", "dynamic_int8", r"SavedModel \(a version folder\) takes int8, int4 or float8;.*"
                                            r"export to a .tflite file, e.g. cait.tflite\.$"),
@@ -32,8 +33,8 @@ def test_a_saved_model_with_dynamic_int8_is_one_line_saying_what_each_format_tak
     assert ended.value.code == 2
     assert capfd.readouterr().err == (
         "keras-cait export: --quantization dynamic_int8: SavedModel (a version folder) takes int8, int4 or "
-        "float8; ONNX (a .onnx file) int8; LiteRT (a .tflite file) dynamic_int8; OpenVINO (a .xml file) float "
-        "only. For dynamic_int8, export to a .tflite file, e.g. cait.tflite.\n")
+        "float8; ONNX (a .onnx file) int8; LiteRT (a .tflite file) dynamic_int8; OpenVINO (a .xml file) int8 or "
+        "int8_weights. For dynamic_int8, export to a .tflite file, e.g. cait.tflite.\n")
 
 
 @pytest.mark.parametrize("suffix, name", [(".onnx", "ONNX"), (".tflite", "LiteRT"), (".xml", "OpenVINO")])
@@ -93,10 +94,12 @@ def test_the_help_lists_every_format_and_mode_of_the_table(capsys):
     with pytest.raises(SystemExit):
         main(["export", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "--quantization {int8,int4,float8,dynamic_int8}" in text
+    assert "--quantization {int8,int4,float8,dynamic_int8,int8_weights}" in text
     assert ("or a .onnx (ONNX), .tflite (LiteRT) or .xml (OpenVINO) file") in text
-    assert ("int8: Keras int8 (SavedModel, ONNX); int4: Keras int4 (SavedModel); float8: Keras float8 "
-            "(SavedModel); dynamic_int8: TFLite int8 weights (LiteRT)") in text
+    assert ("int8: Keras int8 (SavedModel, ONNX), NNCF int8 weights and activations, calibrated (OpenVINO); int4: "
+            "Keras int4 (SavedModel); float8: Keras float8 (SavedModel); dynamic_int8: TFLite int8 weights (LiteRT); "
+            "int8_weights: NNCF int8 weights, no calibration (OpenVINO)") in text
+    assert "--calibration-data FOLDER OpenVINO int8 only: images like those the model will classify" in text
     for row in formats.file_formats():
         assert f"{row.suffix} ({row.name})" in text
 

@@ -17,9 +17,9 @@ EXPECTED = {
     "serving/cait/1": ("SavedModel", "export_saved_model", {None, "int8", "int4", "float8"}),
     "cait.onnx": ("ONNX", "export_onnx", {None, "int8"}),
     "cait.tflite": ("LiteRT", "export_litert", {None, "dynamic_int8"}),
-    "cait.xml": ("OpenVINO", "export_openvino", {None}),
+    "cait.xml": ("OpenVINO", "export_openvino", {None, "int8", "int8_weights"}),
 }
-MODES = [None, "int8", "int4", "float8", "dynamic_int8", "int2", "INT8", ""]
+MODES = [None, "int8", "int4", "float8", "dynamic_int8", "int8_weights", "int2", "INT8", ""]
 
 
 def doc_block(name):
@@ -71,7 +71,7 @@ def test_each_destination_is_its_format_and_takes_exactly_its_modes(path):
 def test_the_table_has_these_formats_in_this_order():
     assert [(row.name, row.suffix) for row in formats.FORMATS] == [
         ("SavedModel", None), ("ONNX", ".onnx"), ("LiteRT", ".tflite"), ("OpenVINO", ".xml")]
-    assert formats.quantization_modes() == ["int8", "int4", "float8", "dynamic_int8"]
+    assert formats.quantization_modes() == ["int8", "int4", "float8", "dynamic_int8", "int8_weights"]
     assert set(formats.quantization_modes()) <= set(formats.QUANTIZATION_MODES)
 
 
@@ -79,7 +79,7 @@ LISTING = {
     "SavedModel": "SavedModel (a version folder) {takes}int8, int4 or float8",
     "ONNX": "ONNX (a .onnx file) {takes}int8",
     "LiteRT": "LiteRT (a .tflite file) {takes}dynamic_int8",
-    "OpenVINO": "OpenVINO (a .xml file) {takes}float only",
+    "OpenVINO": "OpenVINO (a .xml file) {takes}int8 or int8_weights",
 }
 
 
@@ -99,14 +99,15 @@ def listing(first):
                               "e.g. serving/cait/1."),
         ("cait.tflite", "int8", f"quantization='int8': {listing('LiteRT')}. Keras' int8 model does not convert "
                                 "to LiteRT (TFLite's fully_connected takes no int8 activations); dynamic_int8 is "
-                                "TFLite's own int8 weights. For int8, export to a SavedModel version folder or a "
-                                ".onnx file, e.g. serving/cait/1 or cait.onnx."),
+                                "TFLite's own int8 weights. For int8, export to a SavedModel version folder, a "
+                                ".onnx file or a .xml file, e.g. serving/cait/1, cait.onnx or cait.xml."),
         ("cait.tflite", "float8", f"quantization='float8': {listing('LiteRT')}. For float8, export to a "
                                   "SavedModel version folder, e.g. serving/cait/1."),
-        ("cait.xml", "int8", f"quantization='int8': {listing('OpenVINO')}. Keras' int8 model does not convert to "
-                             "OpenVINO correctly; export the float model and compress it with OpenVINO's NNCF "
-                             "(nncf.compress_weights). For int8, export to a SavedModel version folder or a .onnx "
-                             "file, e.g. serving/cait/1 or cait.onnx."),
+        ("cait.xml", "int4", f"quantization='int4': {listing('OpenVINO')}. OpenVINO's int8 is NNCF's (int8 "
+                             "calibrated, int8_weights data-free); Keras' int4 and float8 models do not convert to "
+                             "OpenVINO correctly. For int4, export to a SavedModel version folder, e.g. serving/cait/1."),
+        ("cait.onnx", "int8_weights", f"quantization='int8_weights': {listing('ONNX')}. For int8_weights, export "
+                                      "to a .xml file, e.g. cait.xml."),
         ("cait.onnx", "int2", f"quantization='int2': {listing('ONNX')}. No format takes int2; give one of those, "
                               "or leave quantization out."),
     ],
@@ -123,13 +124,14 @@ def test_every_refusal_says_what_each_format_takes_and_where_the_mode_goes(mode)
     """From the table: a mode is refused naming every format's modes, and the destinations that take it."""
     takers = [row for row in formats.FORMATS if mode in row.quantizations]
     for row in formats.FORMATS:
-        line = row.refused(mode)
+        refused = row.refused(mode)
         if row in takers:
-            assert line is None
+            assert refused is None
             continue
+        line = str(refused)
         for other in formats.FORMATS:
             assert f"{other.name} (a {f'{other.suffix} file' if other.suffix else 'version folder'})" in line
-        assert f"For {mode}, export to {' or '.join(taker.destination for taker in takers)}, e.g. " in line
+        assert f"For {mode}, export to {formats.listed([taker.destination for taker in takers], 'or')}, e.g. " in line
 
 
 @pytest.mark.parametrize("path, line", [
@@ -139,7 +141,8 @@ def test_every_refusal_says_what_each_format_takes_and_where_the_mode_goes(mode)
     ("serving/cait/1", None),
 ])
 def test_a_compute_dtype_is_refused_naming_the_formats_that_take_it(path, line):
-    assert formats.format_of(path).refused_compute_dtype("bfloat16") == line
+    refused = formats.format_of(path).refused_compute_dtype("bfloat16")
+    assert (refused if line is None else str(refused)) == line
     assert formats.format_of(path).refused_compute_dtype("float32") is None
     assert formats.compute_dtypes() == ["float32", "bfloat16"]
 

@@ -1,4 +1,5 @@
-"""Keras int8 (model.quantize) through the SavedModel and ONNX exports; the OpenVINO export."""
+"""Keras int8 (model.quantize) through the SavedModel and ONNX exports; the float OpenVINO export (its NNCF
+int8: test_openvino_nncf.py)."""
 
 import os
 
@@ -70,8 +71,9 @@ def test_int8_onnx_stores_int8_kernels_and_follows_keras_int8(logits_model, inpu
 def test_unsupported_quantizations_are_refused_before_anything_is_written(model, tmp_path):
     with pytest.raises(ValueError, match="does not convert to LiteRT.*dynamic_int8 is TFLite's own int8 weights"):
         export_litert(model, tmp_path / "cait.tflite", quantization="int8")
-    with pytest.raises(ValueError, match="OpenVINO.*float only.*export to a SavedModel version folder or a .onnx file"):
-        export_openvino(model, tmp_path / "cait.xml", quantization="int8")
+    with pytest.raises(ValueError, match=r"OpenVINO \(a .xml file\) takes int8 or int8_weights.*export to a "
+                                         r"SavedModel version folder"):
+        export_openvino(model, tmp_path / "cait.xml", quantization="int4")
     with pytest.raises(ValueError, match=r"quantization='int4': ONNX \(a .onnx file\) takes int8;"):
         export_onnx(model, tmp_path / "cait.onnx", quantization="int4")
     with pytest.raises(ValueError, match=r"quantization='dynamic_int8': SavedModel \(a version folder\) takes "
