@@ -226,6 +226,26 @@ def export(args):
     print(f"wrote {output}")
 
 
+def _check_calibration(output, args):
+    """--calibration-data where the format and --quantization take it (the formats table), and
+    a folder holding images: checked before the model is built."""
+    row = format_of(output)
+    refused = row.refused_calibration(args.quantization, args.calibration_data)
+    if refused:
+        raise usage(refused)
+    if args.calibration_size is not None and args.calibration_data is None:
+        raise usage(f"--calibration-size {args.calibration_size} applies with --calibration-data; give that too, "
+                    "or leave --calibration-size out.")
+    check_range("--calibration-size", args.calibration_size, 1, example=CALIBRATION_SIZE)
+    if args.calibration_data is not None:
+        from keras_cait.export.openvino import calibration_files
+
+        try:
+            calibration_files(args.calibration_data)
+        except ValueError as error:
+            raise fail(error) from error
+
+
 def _serving_class_names(model, args, names):
     """The names of a SavedModel's top_k_classes output: --class-names FILE's (`names`), checked
     against the model's classes, else None for the model's own (or ImageNet's); a model that has
