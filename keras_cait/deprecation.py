@@ -16,6 +16,9 @@ import warnings
 MOVED = {
     "keras_cait.model": "keras_cait.models.architecture",
     "keras_cait.variants": "keras_cait.models.variants",
+    "keras_cait.attention": "keras_cait.inspection.attention",
+    "keras_cait.features": "keras_cait.inspection.features",
+    "keras_cait.visualize": "keras_cait.inspection.visualize",
 }
 
 

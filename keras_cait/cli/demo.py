@@ -212,8 +212,8 @@ def _classify(saved_model, batch):
 
 def write_attention_figures(model, images, labels, predictions, out):
     """attention.png (all heads, first digit) and saliency.png (eight digits) in `out`."""
-    from keras_cait.attention import attention_maps
-    from keras_cait.visualize import class_attention_figure, saliency_figure, save_figure
+    from keras_cait.inspection.attention import attention_maps
+    from keras_cait.inspection.visualize import class_attention_figure, saliency_figure, save_figure
 
     images = images[:8]
     maps = attention_maps(model, images)

@@ -519,7 +519,7 @@ PERMISSION_ROWS = {
 AS_USER = """
 import os, sys
 from keras_cait.cli import commands, demo, runs
-import keras_cait.attention, keras_cait.visualize, keras_cait.weights.download
+import keras_cait.inspection.attention, keras_cait.inspection.visualize, keras_cait.weights.download
 from keras_cait.export import check_destination, export_saved_model  # keras_cait.export loads these on first use
 uid, gid = int(sys.argv[1]), int(sys.argv[2])
 if uid != os.geteuid():

@@ -1,4 +1,4 @@
-"""keras_cait.visualize and `keras-cait attention`: the paper's attention figures."""
+"""keras_cait.inspection.visualize and `keras-cait attention`: the paper's attention figures."""
 
 import sys
 
@@ -7,9 +7,9 @@ import pytest
 from PIL import Image
 
 from keras_cait import cli
-from keras_cait.attention import AttentionMaps
+from keras_cait.inspection.attention import AttentionMaps
 from keras_cait.models.architecture import build_cait
-from keras_cait.visualize import (
+from keras_cait.inspection.visualize import (
     class_attention_figure,
     saliency_figure,
     saliency_map,

@@ -1,10 +1,10 @@
-"""keras_cait.features: the outputs of chosen self-attention blocks, as timm's forward_intermediates."""
+"""keras_cait.inspection.features: the outputs of chosen self-attention blocks, as timm's forward_intermediates."""
 
 import keras
 import numpy as np
 import pytest
 
-from keras_cait.features import feature_extractor, forward_intermediates
+from keras_cait.inspection.features import feature_extractor, forward_intermediates
 from keras_cait.weights import load_weights_file
 
 

@@ -1,4 +1,4 @@
-"""keras_cait.attention: class- and self-attention maps read with the model's own weights."""
+"""keras_cait.inspection.attention: class- and self-attention maps read with the model's own weights."""
 
 import gc
 import json
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from keras_cait import attention
-from keras_cait.attention import attention_maps
+from keras_cait.inspection.attention import attention_maps
 from keras_cait.layers import ClassAttention
 from keras_cait.models.architecture import ClassAttentionBlock, SelfAttentionBlock, build_cait
 
@@ -264,7 +264,7 @@ class TestErrors:
 _ON_JAX = """
 import json, sys
 import numpy as np
-from keras_cait.attention import attention_maps
+from keras_cait.inspection.attention import attention_maps
 from keras_cait.models.architecture import build_cait
 model = build_cait(**json.loads(sys.argv[1]))
 model.load_weights(sys.argv[2])

@@ -27,7 +27,7 @@ def _figure(rows, cols):
         from matplotlib.figure import Figure
     except ImportError as error:
         raise ImportError(
-            "keras_cait.visualize draws with matplotlib, which is not installed. "
+            "keras_cait.inspection.visualize draws with matplotlib, which is not installed. "
             'Install it with: pip install "keras-cait[plots]"'
         ) from error
     figure = Figure(figsize=(cols * PANEL_INCHES, rows * PANEL_INCHES), layout="constrained")
