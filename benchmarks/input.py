@@ -81,7 +81,7 @@ def make_photos(folder, count, seed=0):
 def keras_pipeline(stage, folder, image_size, batch_size, cores):
     import tensorflow as tf
 
-    from keras_cait.evaluation_transform import decode_image
+    from keras_cait.images.evaluation_transform import decode_image
     from keras_cait.training import Augmentation, sources
     from keras_cait.training.stream import training_stream
 

@@ -19,6 +19,8 @@ MOVED = {
     "keras_cait.attention": "keras_cait.inspection.attention",
     "keras_cait.features": "keras_cait.inspection.features",
     "keras_cait.visualize": "keras_cait.inspection.visualize",
+    "keras_cait.evaluation_transform": "keras_cait.images.evaluation_transform",
+    "keras_cait.decoder_messages": "keras_cait.images.decoder_messages",
 }
 
 

@@ -33,11 +33,11 @@ def load_image(path, image_size=224, crop_pct=1.0):
     The reference evaluation transform (timm's for CaiT's checkpoints): the
     image is resized bicubically, keeping its aspect ratio, until it covers
     `image_size / crop_pct`, and the centre `image_size` is cropped. The same
-    transform (`keras_cait.evaluation_transform`, TensorFlow ops) runs in the
+    transform (`keras_cait.images.evaluation_transform`, TensorFlow ops) runs in the
     SavedModel's `serving_bytes` signature and in `keras-cait evaluate`.
 
     Args:
-        path: a JPEG, PNG, GIF, BMP or WebP file (`keras_cait.evaluation_transform.
+        path: a JPEG, PNG, GIF, BMP or WebP file (`keras_cait.images.evaluation_transform.
             IMAGE_FILE_FORMATS`; a GIF's first frame is read, an animated WebP is refused).
         image_size: the model's input side, e.g. 224, or its (height, width).
         crop_pct: the fraction of the resized image kept (CaiT: 1.0; DeiT: 0.875).
@@ -45,16 +45,16 @@ def load_image(path, image_size=224, crop_pct=1.0):
     Raises FileNotFoundError for a missing file, and ValueError for a folder, a
     file of another format (TIFF, HEIC, JPEG XL, text), one that cannot be
     decoded, or one whose frames hold more than 89,478,485 pixels
-    (`keras_cait.evaluation_transform.MAX_PIXELS`, checked before decoding; every
+    (`keras_cait.images.evaluation_transform.MAX_PIXELS`, checked before decoding; every
     GIF frame counts at its real size). 16-bit PNGs are reduced to 8 bits
-    (`keras_cait.evaluation_transform.decode_image`).
+    (`keras_cait.images.evaluation_transform.decode_image`).
 
     Example:
         >>> model = keras_cait.CaiT_S24(weights="imagenet")
         >>> image = keras_cait.preprocessing.load_image("cat.jpg", 224)
         >>> keras_cait.decode_predictions(model.predict(image[None]))
     """
-    from keras_cait.evaluation_transform import load_image as load
+    from keras_cait.images.evaluation_transform import load_image as load
 
     return load(path, image_size, crop_pct)
 

@@ -40,7 +40,7 @@ def photos():
     import tensorflow as tf
     from sklearn.datasets import load_sample_images
 
-    from keras_cait.evaluation_transform import evaluation_transform
+    from keras_cait.images.evaluation_transform import evaluation_transform
 
     return np.stack([evaluation_transform(tf.constant(image), 224).numpy() for image in load_sample_images().images])
 

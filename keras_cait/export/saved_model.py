@@ -17,7 +17,7 @@ The SavedModel serving contract (tag "serve"); H×W is the model's input size:
 `serving_bytes` decodes each file and applies the reference evaluation
 transform (timm, crop_pct 1.0) inside the graph: resized bicubic (antialiased)
 keeping the aspect ratio until it covers H×W, centre crop H×W, pixels rounded
-to integers as PIL does; it is `keras_cait.evaluation_transform`, the code
+to integers as PIL does; it is `keras_cait.images.evaluation_transform`, the code
 that `keras_cait.preprocessing.load_image` runs. Its memory is bounded by the
 decoded file and H×W whatever the aspect ratio, and files of more than
 `evaluation_transform.MAX_PIXELS` (89.5 million) pixels are refused from their header. Inputs of
@@ -40,7 +40,7 @@ import keras
 import tensorflow as tf
 
 from keras_cait.atomic import written_atomically
-from keras_cait.evaluation_transform import IMAGE_FORMATS, decode_image, evaluation_transform, has_image_signature
+from keras_cait.images.evaluation_transform import IMAGE_FORMATS, decode_image, evaluation_transform, has_image_signature
 from keras_cait.export.core import check_version_folder, inference_form, quantized, require_tensorflow_backend
 from keras_cait.export.inference_graph import InferenceGraph
 from keras_cait.models.architecture import checked_class_names, class_count, class_names_of

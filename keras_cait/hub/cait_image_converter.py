@@ -16,7 +16,7 @@ def _evaluation_transform(images, image_size, crop_pct):
     """One image (h, w, 3), a batch, a list of images or a ragged batch -> (…, H, W, 3) float32."""
     import tensorflow as tf
 
-    from keras_cait.evaluation_transform import evaluation_transform
+    from keras_cait.images.evaluation_transform import evaluation_transform
 
     def one(image):
         if isinstance(image, tf.RaggedTensor):  # a row of a ragged batch
@@ -46,7 +46,7 @@ class CaiTImageConverter(keras_hub.layers.ImageConverter):
     For RGB images of any size, values 0..255: the shorter side is resized
     bicubically (antialiased) to `image_size / crop_pct`, keeping the aspect
     ratio, the centre `image_size` is cropped (timm's evaluation transform for
-    CaiT's checkpoints, `keras_cait.evaluation_transform`, the same code as
+    CaiT's checkpoints, `keras_cait.images.evaluation_transform`, the same code as
     `keras_cait.preprocessing.load_image` and the SavedModel's serving
     signature), and `x · scale + offset` = `(x / 255 - mean) / std`.
 

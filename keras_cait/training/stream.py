@@ -5,14 +5,14 @@ parallel; every random draw except Keras' RandAugment is a pure function of
 (seed, epoch, position), so a stream that starts at step k
 yields exactly the batches k, k+1, ... of one that started at 0, which is what
 lets a killed run resume bit for bit. `evaluation_dataset` applies the
-reference's evaluation transform (`keras_cait.evaluation_transform`).
+reference's evaluation transform (`keras_cait.images.evaluation_transform`).
 """
 
 import math
 
 import tensorflow as tf
 
-from keras_cait.evaluation_transform import decode_image, decoded_size, evaluation_transform
+from keras_cait.images.evaluation_transform import decode_image, decoded_size, evaluation_transform
 from keras_cait.training import augment, mixup_cutmix, random_resized_crop
 from keras_cait.training.random_resized_crop import ATTEMPTS
 

@@ -26,7 +26,7 @@ def test_predict_prints_the_top_5_of_the_reference_evaluation(checkpoint, tmp_pa
     """The CLI's image loading (bicubic resize of the shorter side, centre crop) and the
     model's own normalisation must give what timm's evaluation transform for this
     checkpoint gives, fed to the same weights without normalisation. The loader is
-    keras_cait.evaluation_transform (TF's bicubic), whose pixels differ from PIL's by
+    keras_cait.images.evaluation_transform (TF's bicubic), whose pixels differ from PIL's by
     rounding only; on this noise image that moves the probabilities by < 1 %."""
     from timm.data import create_transform, resolve_data_config
 

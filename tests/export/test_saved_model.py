@@ -11,7 +11,7 @@ import tensorflow as tf
 from PIL import Image
 from tensorflow.core.protobuf import saved_model_pb2
 
-from keras_cait.evaluation_transform import IMAGE_FORMATS
+from keras_cait.images.evaluation_transform import IMAGE_FORMATS
 from keras_cait.export import saved_model as export
 from keras_cait.cli import commands
 from keras_cait.export import check_destination, export_saved_model

@@ -19,7 +19,7 @@ from tensorflow.core.framework import types_pb2
 
 import keras_cait
 from keras_cait.cli import main as cli_main
-from keras_cait.evaluation_transform import IMAGE_FORMATS
+from keras_cait.images.evaluation_transform import IMAGE_FORMATS
 from tests.export import tf_serving_rest
 from tests.export.helpers import (
     SIDE,

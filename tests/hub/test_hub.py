@@ -117,7 +117,7 @@ def test_load_weights_false_builds_the_architecture_and_fetches_nothing(hf, hub,
 
 
 def test_the_converter_runs_the_reference_evaluation_transform_on_images_of_any_size():
-    from keras_cait.evaluation_transform import evaluation_transform
+    from keras_cait.images.evaluation_transform import evaluation_transform
 
     converter = CaiTImageConverter(image_size=(TINY_SIZE, TINY_SIZE))
     images = photos([(40, 50), (75, 33), (32, 32)])

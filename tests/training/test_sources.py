@@ -7,7 +7,7 @@ import sys
 import pytest
 from PIL import Image
 
-from keras_cait.evaluation_transform import IMAGE_FORMATS
+from keras_cait.images.evaluation_transform import IMAGE_FORMATS
 from keras_cait.training import Augmentation, sources, stream
 from tests.training.helpers import NO_AUGMENTATION, digest, stream_images
 

@@ -27,7 +27,7 @@ rounded and clipped to 0..255 like PIL's uint8 output. Against timm's PIL
 pipeline pixels differ by rounding only: PIL computes with 22-bit fixed-point
 weights and rounds to uint8 between its horizontal and vertical pass, TF
 computes in float32 and rounds once (measured on photos: mean |Δ| ≤ 0.25 levels,
-99th percentile ≤ 1; tests/test_evaluation_transform.py).
+99th percentile ≤ 1; tests/images/test_evaluation_transform.py).
 
 Memory is bounded by the decoded image and the target, whatever the aspect
 ratio: only the cropped window of the resized image is computed

@@ -1,4 +1,4 @@
-"""keras_cait.evaluation_transform against timm's evaluation transform for CaiT's checkpoints."""
+"""keras_cait.images.evaluation_transform against timm's evaluation transform for CaiT's checkpoints."""
 
 import io
 import struct
@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from keras_cait.evaluation_transform import (
+from keras_cait.images.evaluation_transform import (
     IMAGE_FORMATS,
     MAX_PIXELS,
     crop_geometry,
@@ -252,7 +252,7 @@ def test_every_listed_format_is_read_by_every_path(tmp_path):
     served = _decode_and_crop(tf.constant([path.read_bytes() for path in files]), 8, 8).numpy()
     for path, image in zip(files, served):
         np.testing.assert_array_equal(load_image(path, 8), image)
-    from keras_cait.evaluation_transform import IMAGE_EXTENSIONS, IMAGE_FILE_FORMATS
+    from keras_cait.images.evaluation_transform import IMAGE_EXTENSIONS, IMAGE_FILE_FORMATS
 
     assert {known.name.upper(): known.extensions for known in IMAGE_FILE_FORMATS} == READ
     assert sources.IMAGE_EXTENSIONS == IMAGE_EXTENSIONS and source.skipped == ()
@@ -289,7 +289,7 @@ def test_a_text_file_named_jpg_lists_the_formats_once(tmp_path):
 
 
 def test_the_file_faults_are_told_from_the_first_bytes():
-    from keras_cait.evaluation_transform import HEADER_BYTES, IMAGE_FILE_FORMATS, decode_error_reason, header_fault
+    from keras_cait.images.evaluation_transform import HEADER_BYTES, IMAGE_FILE_FORMATS, decode_error_reason, header_fault
 
     assert header_fault(b"") == "an empty file"
     assert header_fault(b"hello") == "not an image file"

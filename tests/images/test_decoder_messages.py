@@ -1,4 +1,4 @@
-"""keras_cait.decoder_messages: libjpeg's own lines kept off standard error, everything else kept."""
+"""keras_cait.images.decoder_messages: libjpeg's own lines kept off standard error, everything else kept."""
 
 import os
 import subprocess
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from keras_cait.decoder_messages import decoder_message, decoder_messages_dropped
+from keras_cait.images.decoder_messages import decoder_message, decoder_messages_dropped
 
 LIBJPEG = [b"Input file read error", b"Improper call to JPEG library in state 203",
            b"Corrupt JPEG data: 2 extraneous bytes before marker 0xd9", b"Premature end of JPEG file"]
@@ -41,7 +41,8 @@ print("after", file=sys.stderr)
 @pytest.mark.large
 def test_only_the_decoders_lines_are_dropped_the_others_pass_in_order():
     code = CHILD.replace("LIBJPEG", repr(b"\n".join(LIBJPEG))).replace("RECORD", repr(RECORDS[1]))
-    module = os.path.join(os.path.dirname(__file__), os.pardir, "keras_cait", "decoder_messages.py")
+    module = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "keras_cait", "images",
+                          "decoder_messages.py")
     done = subprocess.run([sys.executable, "-c", code, module], capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr.decode()
     assert done.stderr == b"before\nfirst\nfrom Python\nlastafter\n"
