@@ -71,11 +71,12 @@ class Start:
         return dataclasses.replace(self, recipe=self.recipe.replace(epochs=epochs, warmup_epochs=epochs / 10))
 
 
-_QUICK = RECIPES["demo"].replace(batch_size=64, lr=1e-3, lr_batch=64)
+_QUICK = RECIPES["scratch"].replace(batch_size=64, lr=1e-3, lr_batch=64)
 STARTS = {
-    # RECIPES["demo"]: batch 32 at 2e-3, 15 epochs (recipe.py says why).
+    # RECIPES["scratch"], the recipe of a CaiT from random weights on a small folder: batch 32 at
+    # 2e-3, 15 epochs (recipe.py says why).
     "scratch": Start(side=32, model=dict(embed_dim=64, depth=4, num_heads=4, init_values=0.1, patch_size=4),
-                     recipe=RECIPES["demo"]),
+                     recipe=RECIPES["scratch"]),
     "small": Start(side=32, model=dict(embed_dim=64, depth=2, num_heads=4, init_values=0.1, patch_size=8),
                    recipe=_QUICK).with_epochs(6),
     "imagenet": Start(side=64, model={}, recipe=_QUICK).with_epochs(4),

@@ -115,12 +115,12 @@ def test_the_demo_trains_with_its_recipe_compiled_as_a_run_compiles():
 
     from keras_cait.cli import demo
 
-    assert demo.STARTS["scratch"].recipe == RECIPES["demo"]
+    assert demo.STARTS["scratch"].recipe is RECIPES["scratch"] is RECIPES["demo"]  # "demo": its former name
     assert "run.compile_for(model, recipe," in open(demo.__file__).read()
     model = build_cait(**TINY_CAIT, input_shape=(32, 32, 3), classes=3)
-    run.compile_for(model, RECIPES["demo"], RECIPES["demo"].batch_size, steps_per_epoch=10)
+    run.compile_for(model, RECIPES["scratch"], RECIPES["scratch"].batch_size, steps_per_epoch=10)
     assert isinstance(model.optimizer, keras.optimizers.AdamW)
-    assert float(model.optimizer.learning_rate) == pytest.approx(RECIPES["demo"].warmup_lr, rel=1e-4)
+    assert float(model.optimizer.learning_rate) == pytest.approx(RECIPES["scratch"].warmup_lr, rel=1e-4)
 
 
 def test_clip_grad_clips_the_global_norm_as_timm_does():
