@@ -1,8 +1,11 @@
 """`export_openvino`: OpenVINO IR, the `.xml` graph and its `.bin` weights, float or quantised by NNCF."""
 
+import contextlib
 import dataclasses
+import logging
 import os
 import time
+import warnings
 
 import numpy as np
 
@@ -22,6 +25,9 @@ FORMAT = by_exporter("export_openvino")
 # What stays float in int8, measured on the demo's digits model (docs/export.md, "int8 with NNCF"):
 # the roles of `matmul_roles` whose inputs NNCF leaves unquantised.
 KEPT_FLOAT = ("head_mixes",)
+# The roles of `matmul_roles` as a sentence names them.
+ROLE_NAMES = {"linear": "linear layers", "head": "head", "head_mixes": "talking-heads mixes",
+              "attention": "attention matmuls", "after_softmax": "attention·v matmuls"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +42,7 @@ class Quantized:
     seconds: float = 0.0
 
     def __str__(self):
-        kept = ", ".join(f"{count} {role.replace('_', ' ')}" for role, count in self.kept_float.items() if count)
+        kept = ", ".join(f"the {count} {ROLE_NAMES[role]}" for role, count in self.kept_float.items() if count)
         if self.quantization == "int8_weights":
             return f"int8_weights: {self.quantized} weight tensors stored as int8 (NNCF, no calibration)"
         return (f"int8: {self.quantized} matmuls and convolutions take int8 inputs (NNCF, transformer preset), "
@@ -97,7 +103,8 @@ def export_openvino(model, path, *, quantization=None, calibration=None, calibra
         files = calibration_files(calibration) if _is_folder_name(calibration) else None
     openvino = require_extra(FORMAT.exporter, FORMAT.extra, "openvino")
     if quantization:
-        require_extra(FORMAT.exporter, FORMAT.extra, "nncf")
+        with _quiet():  # nncf imports torch, where it is installed, which probes for CUDA
+            require_extra(FORMAT.exporter, FORMAT.extra, "nncf")
 
     forward = inference_form(model, runtime="onnx")
     if quantization and not isinstance(forward, InferenceGraph):
@@ -189,10 +196,11 @@ def quantize_int8(ov_model, images, kept_float=KEPT_FLOAT):
     ignored = [name for role in kept_float for name in roles[role]]
     dataset = nncf.Dataset(list(images), lambda image: image[None])
     start = time.perf_counter()
-    quantized = nncf.quantize(
-        ov_model, dataset, model_type=nncf.ModelType.TRANSFORMER, subset_size=len(images),
-        ignored_scope=nncf.IgnoredScope(names=ignored) if ignored else None,
-    )
+    with _quiet():  # NNCF's progress bars stay; its INFO lines name every op it leaves float
+        quantized = nncf.quantize(
+            ov_model, dataset, model_type=nncf.ModelType.TRANSFORMER, subset_size=len(images),
+            ignored_scope=nncf.IgnoredScope(names=ignored) if ignored else None,
+        )
     seconds = time.perf_counter() - start
     taking_int8 = sum(op.get_type_name() in ("MatMul", "Convolution", "ScaledDotProductAttention")
                       and "FakeQuantize" in {value.get_node().get_type_name() for value in op.input_values()}
@@ -208,11 +216,29 @@ def compress_weights_int8(ov_model):
     import nncf
     import openvino
 
-    compressed = nncf.compress_weights(ov_model, mode=nncf.CompressWeightsMode.INT8_ASYM)
+    with _quiet():
+        compressed = nncf.compress_weights(ov_model, mode=nncf.CompressWeightsMode.INT8_ASYM)
     # The int8 constants but the zero points, (channels, 1) each.
     int8 = sum(op.get_type_name() == "Constant" and op.get_output_element_type(0) in (openvino.Type.u8, openvino.Type.i8)
                and list(op.get_output_shape(0))[-1:] > [1] for op in compressed.get_ops())
     return compressed, Quantized("int8_weights", int8, {})
+
+
+@contextlib.contextmanager
+def _quiet():
+    """NNCF's INFO log and torch's CUDA probe (a warning and a log line, where torch is installed)
+    silenced for the block; the loggers' levels and the warning filters are put back after it."""
+    loggers = [logging.getLogger(name) for name in ("nncf", "torch.utils.cpp_extension")]
+    levels = [logger.level for logger in loggers]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="CUDA initialization")
+        for logger in loggers:
+            logger.setLevel(logging.WARNING if logger.name == "nncf" else logging.ERROR)
+        try:
+            yield
+        finally:
+            for logger, level in zip(loggers, levels):
+                logger.setLevel(level)
 
 
 # === Calibration images ===
@@ -231,7 +257,7 @@ def check_calibration_size(calibration_size):
 def calibration_files(folder):
     """The image files of `folder` and its subfolders (hidden ones left out), sorted; refuses a
     missing folder, a file, and a folder without images, naming it and the kinds of image read."""
-    from keras_cait.evaluation_transform import IMAGE_EXTENSIONS, IMAGE_FORMATS, is_image_file_name
+    from keras_cait.images.evaluation_transform import IMAGE_EXTENSIONS, IMAGE_FORMATS, is_image_file_name
 
     folder = os.fspath(folder)
     if not os.path.isdir(folder):

@@ -1,6 +1,7 @@
 """keras-cait export --quantization and OpenVINO outputs: what each format takes, refused before any work."""
 
 import os
+import re
 
 import pytest
 
@@ -47,6 +48,81 @@ def test_bfloat16_to_a_file_names_the_formats_that_take_it(suffix, name, tmp_pat
                            "float32; SavedModel (a version folder) float32 or bfloat16;")
     assert line.endswith("For bfloat16, export to a SavedModel version folder, e.g. serving/cait/1.\n")
     assert os.listdir(tmp_path) == []
+
+
+# === NNCF's int8 to OpenVINO: --calibration-data and --calibration-size ===
+
+
+@pytest.mark.parametrize("flags, status, line", [
+    (["--quantization", "int8"], 2,
+     "--quantization int8: OpenVINO (a .xml file) calibrates int8 on images like those the model will classify; "
+     "give --calibration-data FOLDER (a few hundred of them, e.g. its validation folder), or --quantization "
+     "int8_weights, which needs none"),
+    (["--quantization", "int8", "--calibration-data", "{empty}"], 1,
+     "--calibration-data {empty}: no images in it or its subfolders; give a folder of JPEG, PNG, GIF, BMP or WebP "
+     "files (.jpg, .jpeg, .png, .gif, .bmp, .webp) like those the model will classify, e.g. its validation folder"),
+    (["--quantization", "int8", "--calibration-data", "{empty}/missing"], 1,
+     "--calibration-data {empty}/missing: no such folder; give a folder of images like those the model will "
+     "classify, e.g. its validation folder"),
+    (["--quantization", "int8_weights", "--calibration-data", "{empty}"], 2,
+     "--calibration-data {empty}: --quantization int8_weights to OpenVINO (a .xml file) takes no calibration "
+     "images; only OpenVINO (a .xml file) with --quantization int8 does; leave it out, or export that"),
+    (["--calibration-size", "5"], 2,
+     "--calibration-size 5 applies with --calibration-data; give that too, or leave --calibration-size out."),
+    (["--quantization", "int8", "--calibration-data", "{empty}", "--calibration-size", "0"], 2,
+     "--calibration-size 0: must be at least 1, e.g. --calibration-size 300."),
+])
+def test_calibration_flags_are_refused_in_one_line_before_the_model_is_built(flags, status, line, tmp_path, capfd):
+    empty = tmp_path / "empty"
+    (empty / "cats").mkdir(parents=True)
+    (empty / "cats" / "notes.txt").write_text("no image")
+    flags = [flag.format(empty=empty) for flag in flags]
+    # --model cait_s24_224 would download its weights, if the check came after building the model.
+    with pytest.raises(SystemExit) as ended:
+        main(["export", str(tmp_path / "out" / "cait.xml"), "--model", "cait_s24_224", *flags])
+    assert ended.value.code == status
+    assert capfd.readouterr().err == f"keras-cait export: {line.format(empty=empty)}\n"
+    assert not (tmp_path / "out").exists()
+
+
+def test_calibration_data_for_another_format_is_refused_naming_the_one_that_takes_it(tmp_path, capfd):
+    with pytest.raises(SystemExit) as ended:
+        main(["export", str(tmp_path / "cait.onnx"), "--quantization", "int8", "--calibration-data", str(tmp_path)])
+    assert ended.value.code == 2
+    assert capfd.readouterr().err == (
+        f"keras-cait export: --calibration-data {tmp_path}: --quantization int8 to ONNX (a .onnx file) takes no "
+        "calibration images; only OpenVINO (a .xml file) with --quantization int8 does; leave it out, or export "
+        "that\n")
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.large
+def test_int8_export_says_what_it_quantised_and_how_long_calibration_took(tmp_path, capfd):
+    import numpy as np
+    from PIL import Image
+
+    from keras_cait.models.architecture import build_cait
+    from tests.conftest import TINY_CAIT
+
+    build_cait(**TINY_CAIT, input_shape=(32, 32, 3), classes=3).save(tmp_path / "model.keras")
+    rng = np.random.RandomState(0)
+    for index in range(6):  # photos of another size: the evaluation transform crops them to 32x32
+        (tmp_path / "photos" / f"class{index % 3}").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.randint(0, 256, (48, 40, 3), dtype=np.uint8)).save(
+            tmp_path / "photos" / f"class{index % 3}" / f"{index}.jpg")
+    output = tmp_path / "out" / "cait.xml"
+    main(["export", str(output), "--model", str(tmp_path / "model.keras"), "--quantization", "int8",
+          "--calibration-data", str(tmp_path / "photos"), "--calibration-size", "4"])
+    lines = capfd.readouterr().out.splitlines()
+    assert lines[-1] == f"wrote {output}"
+    assert re.fullmatch(r"int8: \d+ matmuls and convolutions take int8 inputs \(NNCF, transformer preset\), the 4 "
+                        r"talking-heads mixes kept float; calibrated on 4 images in \d+\.\d s", lines[-2]), lines[-2]
+    assert sorted(os.listdir(output.parent)) == ["cait.bin", "cait.xml"]
+    main(["export", str(tmp_path / "out" / "weights.xml"), "--model", str(tmp_path / "model.keras"),
+          "--quantization", "int8_weights"])
+    # 2 x 4 self-attention and 2 x 5 class-attention linears, 4 head mixes, the head, the patch embedding
+    assert capfd.readouterr().out.splitlines()[-2:] == [
+        "int8_weights: 24 weight tensors stored as int8 (NNCF, no calibration)", f"wrote {tmp_path / 'out' / 'weights.xml'}"]
 
 
 def test_top_k_is_refused_for_openvino(tmp_path):

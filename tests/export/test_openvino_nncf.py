@@ -64,7 +64,7 @@ def test_int8_keeps_the_float_model_s_answers_on_held_out_digits(trained, tmp_pa
     export_openvino(model, tmp_path / "int8.xml", quantization="int8", calibration=folder, calibration_size=200,
                     verbose=True)
     line = capsys.readouterr().out.splitlines()[-1]
-    assert line.startswith("int8: ") and "4 head mixes kept float; calibrated on 200 images in " in line
+    assert line.startswith("int8: ") and "the 4 talking-heads mixes kept float; calibrated on 200 images in " in line
     float_top1 = compiled(tmp_path / "float.xml")(held_x)[0].argmax(-1)
     int8_top1 = compiled(tmp_path / "int8.xml")(held_x)[0].argmax(-1)
     assert (float_top1 == held_y).mean() > 0.8, "the small model did not learn the digits"
