@@ -21,6 +21,7 @@ MOVED = {
     "keras_cait.visualize": "keras_cait.inspection.visualize",
     "keras_cait.evaluation_transform": "keras_cait.images.evaluation_transform",
     "keras_cait.decoder_messages": "keras_cait.images.decoder_messages",
+    "keras_cait.atomic": "keras_cait.io.atomic",
 }
 
 

@@ -2,7 +2,7 @@
 
 import tensorflow as tf
 
-from keras_cait.atomic import written_atomically
+from keras_cait.io.atomic import written_atomically
 from keras_cait.export.core import (
     check_file,
     check_quantization,

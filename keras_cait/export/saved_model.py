@@ -39,7 +39,7 @@ Example:
 import keras
 import tensorflow as tf
 
-from keras_cait.atomic import written_atomically
+from keras_cait.io.atomic import written_atomically
 from keras_cait.images.evaluation_transform import IMAGE_FORMATS, decode_image, evaluation_transform, has_image_signature
 from keras_cait.export.core import check_version_folder, inference_form, quantized, require_tensorflow_backend
 from keras_cait.export.inference_graph import InferenceGraph

@@ -16,7 +16,7 @@ global changes); `save_figure` writes one to a PNG.
 
 import numpy as np
 
-from keras_cait.atomic import written_atomically
+from keras_cait.io.atomic import written_atomically
 
 PANEL_INCHES = 1.6
 OVERLAY_ALPHA = 0.6

@@ -6,7 +6,7 @@ import os
 
 import keras
 
-from keras_cait.atomic import write_text, written_atomically
+from keras_cait.io.atomic import write_text, written_atomically
 from keras_cait.models.architecture import with_class_names
 from keras_cait.training.resume import ResumableBackup
 

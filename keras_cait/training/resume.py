@@ -11,7 +11,7 @@ import zipfile
 import keras
 import numpy as np
 
-from keras_cait import atomic
+from keras_cait.io import atomic
 
 _POINTER = "latest.json"
 

@@ -40,8 +40,8 @@ import warnings
 
 import keras
 
-from keras_cait import atomic
 from keras_cait.errors import Said
+from keras_cait.io import atomic
 from keras_cait.weights import hf_cache, registry
 from keras_cait.weights.hf_cache import LOCAL_FILE
 

@@ -11,7 +11,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_cait import attention
+from keras_cait.inspection import attention
 from keras_cait.inspection.attention import attention_maps
 from keras_cait.layers import ClassAttention
 from keras_cait.models.architecture import ClassAttentionBlock, SelfAttentionBlock, build_cait

@@ -164,7 +164,7 @@ def test_undecodable_images_of_a_split_and_of_tfrecords(tmp_path, digits):
 
 
 def test_an_image_over_the_pixel_limit_is_found_with_its_size(tmp_path, digits, monkeypatch):
-    from keras_cait import evaluation_transform
+    from keras_cait.images import evaluation_transform
 
     folder = digits(tmp_path / "photos", per_class=2, size=8, classes=range(2))
     Image.new("RGB", (40, 30)).save(tmp_path / "photos" / "0" / "large.png")

@@ -1,4 +1,4 @@
-"""keras_cait.atomic: a write is all or nothing, an overwrite never leaves the destination
+"""keras_cait.io.atomic: a write is all or nothing, an overwrite never leaves the destination
 missing, and the leftovers of killed writers are cleaned up by the next one."""
 
 import os
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from keras_cait import atomic
+from keras_cait.io import atomic
 
 ATOMIC_PY = atomic.__file__
 
