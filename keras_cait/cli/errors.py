@@ -17,15 +17,19 @@ Running out of memory is the line naming the flags that lower it (`LESS_MEMORY`)
 Python or TensorFlow raise an error (MemoryError, ResourceExhaustedError); where the
 allocator aborts the process instead (`std::bad_alloc`, then SIGABRT or a segmentation
 fault) nothing can be caught, and the shell's "Aborted" or "Segmentation fault" is all there is.
-The library's errors speak Python (`weights='/path/to/model.safetensors'`); the
-line speaks the command's flags (`--weights /path/to/model.safetensors`).
+The library's errors speak Python (`weights='/path/to/model.safetensors'`) and carry the
+arguments they name (`keras_cait.errors.ArgumentError`, `Named`); the line speaks the command's
+flags (`--weights /path/to/model.safetensors`), written from those fields with one table
+(`FLAGS`), never found again in the text.
 """
 
 import argparse
 import contextlib
 import errno
+import json
 import os
 import re
+import shlex
 import sys
 import traceback
 
@@ -64,26 +68,95 @@ def usage(message):
     return UserError(message, USAGE)
 
 
+# === The library's arguments as the command line's flags ===
+
+# The one table from an argument of the library (as Python names it) to the command line's word for
+# it, where that is not `--` and the name with dashes (`val_fraction` -> `--val-fraction`); None: a
+# positional argument, written by its value alone (`path` of the exporters: export's OUTPUT).
+FLAGS = {
+    "jit_compile": "--jit",
+    "calibration": "--calibration-data",
+    "path": None,
+    "checkpoint": None,
+}
+
+
+def flag(argument):
+    """The flag of the library's `argument`: `val_fraction` -> `--val-fraction` (`FLAGS`)."""
+    return FLAGS[argument] if argument in FLAGS else "--" + argument.replace("_", "-")
+
+
+def flag_value(value):
+    """A value as the command line takes it: `none` for None, `0.9 0.999` for a pair, `1e-05`,
+    a path as the shell reads it back, a dict as JSON."""
+    if value is None:
+        return "none"
+    if isinstance(value, (list, tuple)):
+        return " ".join(flag_value(item) for item in value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, dict):
+        return shlex.quote(json.dumps(value, separators=(",", ":")))
+    if isinstance(value, (str, os.PathLike)):
+        return shlex.quote(os.fspath(value))
+    return str(value)
+
+
+def flag_name(named, typed=None):
+    """A `keras_cait.errors.Named` as the command line writes it: `--weights x.safetensors`,
+    `--jit`/`--no-jit` for booleans, `--weights PATH` for a placeholder. `typed`: {argument:
+    (value, text)}, the words typed for a value the command turned into another (a --class-names
+    FILE into its list of names)."""
+    word = flag(named.argument)
+    if named.shown is not None:
+        text = named.shown
+    elif not named.has_value:
+        return word or named.argument.upper()
+    elif typed and named.argument in typed and _same(typed[named.argument][0], named.value):
+        text = typed[named.argument][1]
+    elif isinstance(named.value, bool) and word:
+        return word if named.value else "--no-" + word[2:]
+    else:
+        text = flag_value(named.value)
+    return text if word is None else f"{word} {text}"
+
+
+def _same(given, value):
+    try:
+        return bool(given == value)
+    except Exception:  # arrays and others without a plain equality are not the value typed
+        return False
+
+
+def in_flags(error, typed=None):
+    """The text of a library's error in the command line's words: an error that holds its
+    arguments (`render`, e.g. `keras_cait.errors.ArgumentError`) written with the flags of `FLAGS`,
+    any other as it is."""
+    render = getattr(error, "render", None)
+    if callable(render):
+        return render(lambda named: flag_name(named, typed))
+    return str(error)
+
+
 def flag_syntax(message, names=("weights", "quantization", "compute_dtype")):
-    """A library's keyword arguments in a message as the command line's flags: `weights='PATH'` /
-    `weights=None` / `batch_size=64` -> `--weights PATH` / `--weights none` / `--batch-size 64`
-    for each of `names`; `overwrite=True (keras-cait export --overwrite)` -> `--overwrite`."""
-    message = re.sub(r"\boverwrite=True \(keras-cait \w+ (--overwrite)\)", r"\1", message)
+    """The keyword arguments in a message of the library's that does not hold them as data yet
+    (`weights='PATH'` -> `--weights PATH`) as flags."""
     if not names:
         return message
     named = "|".join(map(re.escape, sorted(names, key=len, reverse=True)))
 
-    def flag(match):
+    def as_flag(match):
         value = match.group(3) if match.group(3) is not None else match.group(4)
-        return f"--{match.group(1).replace('_', '-')} {'none' if value == 'None' else value}"
+        return f"{flag(match.group(1))} {'none' if value == 'None' else value}"
 
-    return re.sub(rf"(?<![\w.-])({named})=('([^']*)'|([^\s,;:)']+))", flag, message)
+    return re.sub(rf"(?<![\w.-])({named})=('([^']*)'|([^\s,;:)']+))", as_flag, message)
 
 
 def one_line(message):
-    """A library's message as the line's text: flags for keyword arguments, TensorFlow's op
-    names (`{{function_node ...}}`, `[Op:DecodeImage] name:`) left out, whitespace folded."""
-    message = re.sub(r"\{\{function_node [^}]*\}\}", "", flag_syntax(str(message)))
+    """A message as the line's text: TensorFlow's op names (`{{function_node ...}}`, `[Op:DecodeImage]
+    name:`) left out, whitespace folded; an error of the library's in the command line's flags."""
+    text = in_flags(message) if callable(getattr(message, "render", None)) else flag_syntax(str(message))
+    message = re.sub(r"\{\{function_node [^}]*\}\}", "", text)
     message = re.sub(r"\s*\[Op:\w+\]( name: ?\S*)?", "", message)
     return " ".join(message.split())
 
@@ -213,16 +286,29 @@ def writing(path):
                    "choose another folder.") from error
 
 
+def from_library(error, typed=None):
+    """The line of a library's error, in the command line's flags (`in_flags`): status 2 where the
+    error says its arguments cannot work whatever the files hold (`usage`), else 1."""
+    return UserError(in_flags(error, typed), USAGE if getattr(error, "usage", False) else FAILURE)
+
+
+def _names_its_argument(error):
+    """Whether `error` names the argument at fault itself (`keras_cait.errors.ArgumentError`)."""
+    return getattr(error, "argument", None) is not None and callable(getattr(error, "render", None))
+
+
 @contextlib.contextmanager
 def user_input(what, *types):
     """Turns the library's errors about the user's input (`types`, e.g. ValueError) into the line,
-    prefixed with `what` (the flag and its value), where the library reads that input."""
+    prefixed with `what` (the flag and its value) unless the error names its argument itself."""
     try:
         yield
     except UserError:
         raise
     except types as error:
-        text = str(error).strip() or type(error).__name__
+        if _names_its_argument(error):
+            raise from_library(error) from error
+        text = in_flags(error).strip() or type(error).__name__
         raise fail(f"{what}: {text}" if what else text) from error
 
 
@@ -235,7 +321,7 @@ def weights_errors(weights, flag="--weights"):
     try:
         yield
     except ConnectionError as error:
-        raise fail(f"{error} Or --weights none for random weights.") from error
+        raise fail(f"{in_flags(error)} Or --weights none for random weights.") from error
     except OSError as error:
         where = _named(flag, weights, error)
         keras_home = os.path.dirname(os.path.dirname(cache_dir()))  # KERAS_HOME/models/keras_cait
@@ -248,14 +334,16 @@ def weights_errors(weights, flag="--weights"):
             )) from error
         if error.filename is not None or error.strerror:
             raise fail(where + os_error_line(error)) from error
-        raise fail(f"{where}{error}") from error
+        raise fail(f"{where}{in_flags(error)}") from error
     except (ValueError, ImportError) as error:
-        raise fail(f"{_named(flag, weights, error)}{error}") from error
+        if _names_its_argument(error):
+            raise from_library(error) from error
+        raise fail(f"{_named(flag, weights, error)}{in_flags(error)}") from error
 
 
 def _named(flag, weights, error):
-    """`FLAG PATH: ` before a message about a weights file, unless the message names the flag."""
-    if weights in (None, "imagenet") or f"--weights {weights}" in flag_syntax(str(error)):
+    """`FLAG PATH: ` before a message about a weights file, unless the error names its argument."""
+    if weights in (None, "imagenet") or _names_its_argument(error):
         return ""
     return f"{flag} {weights}: "
 
@@ -314,26 +402,6 @@ def check_range(flag, value, low, high=None, example=None):
     allowed = f"between {low} and {high}" if high is not None else f"at least {low}"
     example = f", e.g. {flag} {example}" if example is not None else ""
     raise usage(f"{flag} {value}: must be {allowed}{example}.")
-
-
-def load_keras_model(path):
-    """A saved `.keras` model (keras_cait imported, so CaiT's layers resolve), or the line."""
-    import keras
-
-    import keras_cait  # noqa: F401  registers CaiT's layers with Keras
-
-    import zipfile
-
-    if not os.path.isfile(path):
-        raise fail(f"--model {path!r}: no such file (a .keras model or a CaiT variant).")
-    if not zipfile.is_zipfile(path):
-        raise fail(f"--model {path!r} is not a .keras model (a .keras file is a zip archive); give "
-                   "a model saved with model.save('name.keras'), or a CaiT variant.")
-    try:
-        return keras.models.load_model(path)
-    except (OSError, ValueError, TypeError) as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise fail(f"--model {path!r} is not a readable .keras model: {first}") from error
 
 
 # === Errors found while training or evaluating ===

@@ -6,13 +6,14 @@ values, so the command and a Python call are the same run; `check_arguments(comm
 args)` refuses what only the command line can get wrong (a flag's syntax, a file a flag
 names, an output folder that cannot be written) before any data are read or model built;
 `main(command, argv)` parses, checks and runs one, and `_as_flags` turns the library's
-errors into the contract's one line (`keras_cait.cli.errors`). From a checkout without
+errors into the contract's one line, written from their fields (`keras_cait.cli.errors`). From a checkout without
 the console script, `python -m keras_cait.cli train | finetune | evaluate` runs the same commands.
 """
 
 import argparse
 import contextlib
 import dataclasses
+import functools
 import inspect
 import json
 import os
@@ -23,12 +24,15 @@ from keras_cait.cli.errors import (
     check_range,
     check_writable_folder,
     fail,
+    flag,
     flag_syntax,
+    from_library,
     named_bad_images,
     reported,
     usage,
     weights_errors,
 )
+from keras_cait.errors import ArgumentError
 from keras_cait.training import distribute, resume, run, sources
 from keras_cait.training import recipe as recipes
 from keras_cait.models.variants import parse_model_name
@@ -127,7 +131,7 @@ def _add_recipe_arguments(parser, command, name):
         else:
             options["type"] = {"batch_size": int, "lr_batch": int, "epochs": int, "head_epochs": int,
                                "repeated_aug": int}.get(field.name, float)
-        groups[meta["group"]].add_argument(recipes.flag(field.name), **options)
+        groups[meta["group"]].add_argument(flag(field.name), **options)
 
 
 def recipe_of(args):
@@ -313,27 +317,43 @@ def _reading_images(args):
         yield
 
 
-@contextlib.contextmanager
-def _as_flags():
-    """The library's errors as the contract's one line, in flags: the one place where
-    `data='photos'` becomes `--data photos` (a decorator of the `*_run` functions)."""
-    try:
-        yield
-    except recipes.KnobError as error:
-        raise usage(f"{recipes.flag(error.knob)} {recipes.shown(error.value)}: {error.problem}.") from error
-    except run.RunError as error:
-        if error.argument == "weights" and error.__cause__ is not None:
-            with weights_errors(error.value):
-                raise error.__cause__ from None
-        line = flag_syntax(str(error), _ARGUMENTS)
-        raise (usage(line) if error.usage else fail(line)) from error
-    except resume.BackupError as error:
-        raise fail(flag_syntax(str(error), _ARGUMENTS)) from error
+def _as_flags(run_command):
+    """`run_command(args)` with the library's errors as the contract's one line, in flags: each
+    error is written from its fields (`keras_cait.errors.ArgumentError`: `data='photos'` becomes
+    `--data photos` by the table `keras_cait.cli.errors.FLAGS`), the values the command turned
+    into others (the names of a --class-names FILE, a --model JSON's arguments) as typed."""
+
+    @functools.wraps(run_command)
+    def in_flags(args):
+        try:
+            return run_command(args)
+        except run.RunError as error:
+            if error.argument == "weights" and isinstance(error.__cause__, (OSError, ImportError)):
+                with weights_errors(error.value):
+                    raise error.__cause__ from None
+            if isinstance(error, ArgumentError):
+                raise from_library(error, _typed(args)) from error
+            line = flag_syntax(str(error), _ARGUMENTS)
+            raise (usage(line) if error.usage else fail(line)) from error
+        except ArgumentError as error:
+            raise from_library(error, _typed(args)) from error
+        except resume.BackupError as error:
+            raise fail(flag_syntax(str(error), _ARGUMENTS)) from error
+
+    return in_flags
 
 
 # The arguments of the library's runs, which their messages name as Python writes them.
 _ARGUMENTS = sorted({name for function in (run.train, run.finetune, run.evaluate)
                      for name in inspect.signature(function).parameters} | set(recipes.knobs()))
+
+
+def _typed(args):
+    """{argument: (the value the run was given, the words typed)} where the two differ."""
+    typed = {"class_names": (_class_names(args), args.class_names)}
+    if args.model.lstrip().startswith("{"):
+        typed["model"] = (json.loads(args.model), args.model)
+    return typed
 
 
 def parse_arguments(command, argv):
@@ -348,21 +368,21 @@ def parse_arguments(command, argv):
     return args
 
 
-@_as_flags()
+@_as_flags
 def train_run(args):
     """`keras-cait train`: `keras_cait.training.run.train` with the flags' values; returns the model."""
     with _reading_images(args):
         return run.train(**_arguments(run.train, args, recipe=recipe_of(args))).model
 
 
-@_as_flags()
+@_as_flags
 def finetune_run(args):
     """`keras-cait finetune`: `keras_cait.training.run.finetune` with the flags' values; returns the model."""
     with _reading_images(args):
         return run.finetune(**_arguments(run.finetune, args, recipe=recipe_of(args))).model
 
 
-@_as_flags()
+@_as_flags
 def evaluate_run(args):
     """`keras-cait evaluate`: prints and returns {"top1": ..., "top5": ..., "images": ...}."""
     with _reading_images(args):

@@ -8,7 +8,8 @@ import re
 import keras
 import tensorflow as tf
 
-from keras_cait.export.formats import format_of
+from keras_cait.errors import ArgumentError, Named, Said
+from keras_cait.export.formats import file_formats, folder_format, format_of, listed
 from keras_cait.export.inference_graph import InferenceGraph, folds
 from keras_cait.models.surgery import merge_lora, with_dtype_policy
 
@@ -69,7 +70,25 @@ def check_destination(path, overwrite=False, quantization=None):
     suffix = format_of(path).suffix
     if suffix is not None:
         return check_file(path, suffix, overwrite)
+    _check_no_other_suffix(path)
     return check_version_folder(path, overwrite)
+
+
+class DestinationExists(Said, FileExistsError):
+    """The destination of an export exists and `overwrite` is not given; the message names it and
+    `overwrite` (a `Named`, which the command line writes as its flag)."""
+
+
+def _check_no_other_suffix(path):
+    """A path whose last part ends in a suffix no format writes (`model.pt`) is refused, naming the
+    suffixes that are written, rather than taken for a version folder."""
+    path = os.fspath(path)
+    suffix = os.path.splitext(os.path.basename(os.path.normpath(path)))[1]
+    if re.fullmatch(r"\.[A-Za-z][\w.]*", suffix):
+        files = listed([f"{row.suffix} ({row.name})" for row in file_formats()], "or")
+        raise ArgumentError("path", path, f"no export format writes a {suffix} file",
+                            f"give a path ending in {files}, or a {folder_format().name} version folder "
+                            "(e.g. serving/cait/1)", usage=True)
 
 
 def check_quantization(path, quantization):
@@ -86,23 +105,21 @@ def check_version_folder(path, overwrite):
     if not re.fullmatch(r"[1-9][0-9]*", version):
         canonical = version.isascii() and version.isdigit() and int(version) > 0
         example = os.path.join(base, str(int(version))) if canonical else os.path.join(path, "1")
-        raise ValueError(
-            f"path {path!r}: TF Serving loads numbered version folders, so the last folder "
-            f"must be a positive integer without leading zeros, e.g. {example!r}."
-        )
+        raise ArgumentError(
+            "path", path, "TF Serving loads numbered version folders, so the last folder must be a positive "
+            f"integer without leading zeros", f"e.g. {example!r}", usage=True)
     numbered = [name for name in os.listdir(base or ".") if name.isdigit()] if os.path.isdir(base or ".") else []
     twins = [name for name in numbered if int(name) == int(version) and name != version]
     if twins:
-        raise FileExistsError(
-            f"path {path!r}: TF Serving reads {os.path.join(base, twins[0])!r} as the same version "
+        raise DestinationExists(
+            Named("path", path), f": TF Serving reads {os.path.join(base, twins[0])!r} as the same version "
             f"{int(version)}; remove or renumber that folder, or export to another version."
         )
     if os.path.exists(path) and not overwrite:
         newest = max(int(name) for name in numbered)
-        raise FileExistsError(
+        raise DestinationExists(
             f"Version folder {path!r} exists; export to {os.path.join(base, str(newest + 1))!r} "
-            "(TF Serving serves the highest version), or pass overwrite=True "
-            "(keras-cait export --overwrite) to replace it."
+            "(TF Serving serves the highest version), or pass ", Named("overwrite", True), " to replace it."
         )
 
 
@@ -110,8 +127,6 @@ def check_file(path, suffix, overwrite):
     """Raises unless `path` ends in `suffix` and may be written."""
     path = os.fspath(path)
     if not path.endswith(suffix):
-        raise ValueError(f"path {path!r} must end in {suffix}, e.g. cait{suffix}.")
+        raise ArgumentError("path", path, f"must end in {suffix}, e.g. cait{suffix}", usage=True)
     if os.path.exists(path) and not overwrite:
-        raise FileExistsError(
-            f"{path!r} exists; pass overwrite=True (keras-cait export --overwrite) to replace it."
-        )
+        raise DestinationExists(f"{path!r} exists; pass ", Named("overwrite", True), " to replace it.")

@@ -7,6 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_cait.atomic import written_atomically
+from keras_cait.errors import require_extra
 from keras_cait.export.core import check_file, inference_form, quantized, require_tensorflow_backend
 from keras_cait.export.formats import by_exporter
 from keras_cait.export.inference_graph import InferenceGraph
@@ -39,9 +40,8 @@ def export_onnx(model, path, *, quantization=None, overwrite=False, opset_versio
     """
     require_tensorflow_backend("export_onnx")
     check_file(path, FORMAT.suffix, overwrite)
+    tf2onnx = require_extra(FORMAT.exporter, FORMAT.extra, "onnx", "tf2onnx")
     model = quantized(model, path, quantization)
-    import tf2onnx
-
     _register_erfc_for_tf2onnx()
     forward = inference_form(model, runtime="onnx")
     if not isinstance(forward, InferenceGraph):

@@ -11,8 +11,10 @@ imports none of those pieces, so they read their defaults here without an import
 import dataclasses
 import json
 import math
+import numbers
 
 from keras_cait import atomic
+from keras_cait.errors import ArgumentError, Named
 
 GROUPS = ("optimizer (AdamW)", "schedule", "augmentation", "regularisation", "distillation")
 
@@ -90,7 +92,7 @@ class Knobs:
         for field in dataclasses.fields(self):
             problem = out_of_range(field, getattr(self, field.name))
             if problem:
-                raise KnobError(type(self).__name__, field.name, getattr(self, field.name), problem)
+                raise KnobError(type(self).__name__, field.name, getattr(self, field.name), *problem)
 
     def replace(self, **changes):
         """A copy with `changes`, e.g. `RECIPES["deit"].replace(epochs=30)`; a knob out of its range
@@ -103,7 +105,7 @@ class Knobs:
         for name, value in changes.items():
             problem = out_of_range(fields[name], value, example=getattr(self, name) or None)
             if problem:
-                raise KnobError(type(self).__name__, name, value, problem)
+                raise KnobError(type(self).__name__, name, value, *problem)
         return dataclasses.replace(self, **changes)
 
     # === As a file ===
@@ -124,12 +126,14 @@ class Knobs:
         return cls(**values)
 
 
-class KnobError(ValueError):
-    """A knob out of its range: `knob`, its `value` and the `problem` ('must be at least 0, e.g. 0.05')."""
+class KnobError(ArgumentError):
+    """A knob of the wrong type or out of its range: `knob` (also `argument`), its `value`, the
+    `problem` ('must be at least 0') and what is `allowed` ('e.g. lr=0.0005'); `owner`: the class
+    of the recipe ("Recipe")."""
 
-    def __init__(self, owner, knob, value, problem):
-        super().__init__(f"{owner} {knob}={value!r}: {problem}.")
-        self.knob, self.value, self.problem = knob, value, problem
+    def __init__(self, owner, knob, value, problem, allowed=None):
+        self.owner, self.knob = owner, knob
+        super().__init__(knob, value, problem, allowed, usage=True)
 
 
 def knobs():
@@ -142,22 +146,54 @@ def flag(name):
 
 
 def out_of_range(field, value, example=None):
-    """What is wrong with `value` for the knob `field` ('' if nothing), e.g. 'must be at least 0,
-    e.g. 0.05' (the example: `example`, else DeiT's value)."""
+    """What is wrong with `value` for the knob `field`: `(problem, allowed)`, e.g. ('must be at
+    least 0', ['e.g. ', Named('lr', 0.05)]) (the example: `example`, else DeiT's value); () if nothing."""
+    example = field.default if example is None else example
+    allowed = None if example is None else ["e.g. ", Named(field.name, example)]
+    kind = _wrong_type(field, value)
+    if kind:
+        return kind, allowed
     low, high, choices = field.metadata["low"], field.metadata["high"], field.metadata["choices"]
     if choices is not None:
-        return "" if value in choices else f"must be one of {', '.join(choices)}"
+        return () if value in choices else (f"must be one of {', '.join(choices)}", None)
     positive = field.metadata["positive"]
     if value is None or isinstance(value, bool) or (low is None and high is None and not positive):
-        return ""
+        return ()
     for item in value if isinstance(value, (tuple, list)) else (value,):
         if not math.isfinite(item) or (positive and item <= 0) or (low is not None and item < low) or (
                 high is not None and item > high):
-            allowed = "positive" if positive else f"at least {low:g}" if high is None else \
+            limits = "positive" if positive else f"at least {low:g}" if high is None else \
                 f"between {low:g} and {high:g}"
-            example = field.default if example is None else example
-            return f"must be {allowed}" + ("" if example is None else f", e.g. {shown(example)}")
-    return ""
+            return f"must be {limits}", allowed
+    return ()
+
+
+# What a knob's value may be, by the type its field declares (None: a knob off, e.g. clip_grad).
+_TYPES = {int: ("an integer", numbers.Integral), float: ("a number", numbers.Real), bool: ("True or False", bool),
+          str: ("a string", str)}
+
+
+def _wrong_type(field, value):
+    """'must be an integer, not str' where `value` is not of the knob's type, else ''."""
+    if field.type is tuple:
+        count = len(field.default)
+        if isinstance(value, (tuple, list)) and len(value) == count and all(
+                isinstance(item, numbers.Real) and not isinstance(item, bool) for item in value):
+            return ""
+        return f"must be {count} numbers, not {_kind(value)}"
+    if value is None and field.default is None:
+        return ""
+    wanted, types = _TYPES[field.type]
+    if isinstance(value, types) and (field.type is bool or not isinstance(value, bool)):
+        return ""
+    return f"must be {wanted}, not {_kind(value)}"
+
+
+def _kind(value):
+    """`str '3'`, `bool`: a value's type, and the value where it is short."""
+    text = repr(value)
+    return f"{type(value).__name__} {text}" if len(text) <= 20 and not isinstance(value, (bool, type(None))) \
+        else type(value).__name__
 
 
 def shown(value):

@@ -93,6 +93,9 @@ ROWS = {
                              "between 1 and 1000"),
     "export/top-k-with-onnx": row("export {tmp}/cait.onnx --weights none --top-k 3", USAGE, "--top-k",
                                   "SavedModels only"),
+    "export/suffix-no-format-writes": row("export {tmp}/model.pt --weights none", USAGE, "{tmp}/model.pt: no export "
+                                          "format writes a .pt file", ".onnx (ONNX)", ".tflite (LiteRT)",
+                                          ".xml (OpenVINO)", "version folder"),
     "export/not-a-version-folder": row("export {tmp}/serving/latest --weights none", USAGE,
                                        "{tmp}/serving/latest", "{tmp}/serving/latest/1"),
     "export/version-exists": row("export {existing}/1 --weights none", FAILURE, "{existing}/1",
@@ -428,7 +431,8 @@ def _python(arguments, cwd, env=None, timeout=300):
 def test_the_console_command_exits_with_the_status_and_the_line_alone(tmp_path):
     status, out, err = _console(["export", str(tmp_path / "serving" / "v1"), "--weights", "none"], tmp_path)
     assert (status, out) == (USAGE, "")
-    assert err.count("\n") == 1 and err.startswith("keras-cait export: path ") and "Traceback" not in err
+    assert err.count("\n") == 1 and err.startswith(f"keras-cait export: {tmp_path / 'serving' / 'v1'}: ")
+    assert "Traceback" not in err
     assert os.listdir(tmp_path) == []
 
 

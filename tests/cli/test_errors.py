@@ -177,7 +177,7 @@ def test_running_out_of_memory_is_one_line_naming_what_to_lower(command, kind, t
         (data / label).mkdir(parents=True)
     image = tmp_path / "photo.png"
     keras.utils.save_img(image, np.zeros((32, 32, 3), "uint8"))
-    monkeypatch.setattr(commands, "_build", lambda *args: build_cait(**TINY_CAIT, input_shape=(32, 32, 3)))
+    monkeypatch.setattr(commands, "_loaded", lambda *args, **kwargs: build_cait(**TINY_CAIT, input_shape=(32, 32, 3)))
     monkeypatch.setattr(runs.run, command, step, raising=False)
     monkeypatch.setattr(CaiTModel, "predict", step)
     monkeypatch.setattr(exporters, "export_saved_model", step)
@@ -222,3 +222,16 @@ def test_a_finetune_whose_training_step_runs_out_of_memory_ends_in_the_line(tiny
     assert ended.value.code == 1 and "Traceback" not in err
     assert err.splitlines()[-1].startswith("keras-cait finetune: out of memory (OOM when allocating tensor with "
                                            "shape[64,8,197,197]); lower --batch-size or --image-size")
+
+
+@pytest.mark.large
+def test_an_export_without_its_extra_is_one_line_naming_the_pip_install(tmp_path, monkeypatch):
+    """tf2onnx missing: the line names the extra that installs it, not Python's bare ModuleNotFoundError."""
+    import sys
+
+    for module in ("onnx", "tf2onnx"):
+        monkeypatch.setitem(sys.modules, module, None)
+    output = tmp_path / "cait.onnx"
+    message = one_line_error(["export", str(output), "--weights", "none", "--model", "cait_xxs24_224"])
+    assert message == 'keras-cait export: export_onnx needs onnx, which is not installed; pip install "keras-cait[onnx]"'
+    assert not output.exists()

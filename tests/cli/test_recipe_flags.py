@@ -87,10 +87,10 @@ def test_an_unknown_recipe_is_refused_in_one_line(capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--reprob", "1.5"], "--reprob 1.5: must be between 0 and 1, e.g. 0.25."),
-    (["--opt-betas", "0.9", "1.5"], "--opt-betas 0.9 1.5: must be between 0 and 1, e.g. 0.9 0.999."),
-    (["--distillation-tau", "0"], "--distillation-tau 0: must be positive, e.g. 1."),
-    (["--lr=-1e-3"], "--lr -0.001: must be at least 0, e.g. 1e-05."),
+    (["--reprob", "1.5"], "--reprob 1.5: must be between 0 and 1; e.g. --reprob 0.25\n"),
+    (["--opt-betas", "0.9", "1.5"], "--opt-betas 0.9 1.5: must be between 0 and 1; e.g. --opt-betas 0.9 0.999\n"),
+    (["--distillation-tau", "0"], "--distillation-tau 0: must be positive; e.g. --distillation-tau 1\n"),
+    (["--lr=-1e-3"], "--lr -0.001: must be at least 0; e.g. --lr 1e-05\n"),
 ])
 def test_a_knob_out_of_range_is_refused_naming_its_flag(argv, message, tmp_path, capsys):
     with pytest.raises(SystemExit):

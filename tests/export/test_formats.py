@@ -154,7 +154,9 @@ def test_check_destination_checks_each_file_by_its_suffix(tmp_path):
             check_destination(tmp_path / f"cait{row.suffix}")
         assert check_destination(tmp_path / f"cait{row.suffix}", overwrite=True) is None
     with pytest.raises(ValueError, match="TF Serving loads numbered version folders"):
-        check_destination(tmp_path / "cait.onnx.d")  # no suffix of the table: a version folder
+        check_destination(tmp_path / "cait.onnx" / "latest")  # no suffix of the table: a version folder
+    with pytest.raises(ValueError, match=r"no export format writes a \.d file"):
+        check_destination(tmp_path / "cait.onnx.d")  # a suffix no format writes
 
 
 @pytest.mark.parametrize("row", formats.FORMATS, ids=lambda row: row.name)

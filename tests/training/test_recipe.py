@@ -9,7 +9,8 @@ import pytest
 
 from keras_cait.models.architecture import build_cait
 from keras_cait.training import Augmentation, adamw, resume, schedule
-from keras_cait.training.recipe import DEIT, RECIPES, Recipe
+from keras_cait.errors import ArgumentError
+from keras_cait.training.recipe import DEIT, RECIPES, KnobError, Recipe
 from keras_cait.training.resume import BackupError, RunRecord
 from tests.conftest import TINY_CAIT
 
@@ -81,8 +82,26 @@ def test_replace_save_load_and_differences_name_the_flags(tmp_path):
         "--epochs 30 then, 10 now; --model-ema True then, False now")
     with pytest.raises(TypeError, match="no knob epoch;"):
         recipe.replace(epoch=3)
-    with pytest.raises(ValueError, match=r"Recipe reprob=1.5: must be between 0 and 1, e.g. 0.25."):
+    with pytest.raises(ValueError, match=r"^reprob=1.5: must be between 0 and 1; e.g. reprob=0.25$"):
         recipe.replace(reprob=1.5)
+
+
+@pytest.mark.parametrize("knob, value, line", [
+    ("epochs", "3", "epochs='3': must be an integer, not str '3'; e.g. epochs=400"),
+    ("epochs", 2.5, "epochs=2.5: must be an integer, not float 2.5; e.g. epochs=400"),
+    ("lr", "1e-3", "lr='1e-3': must be a number, not str '1e-3'; e.g. lr=0.0005"),
+    ("model_ema", 1, "model_ema=1: must be True or False, not int 1; e.g. model_ema=True"),
+    ("opt_betas", (0.9,), "opt_betas=(0.9,): must be 2 numbers, not tuple (0.9,); e.g. opt_betas=(0.9, 0.999)"),
+    ("lr", -1.0, "lr=-1.0: must be at least 0; e.g. lr=0.0005"),
+])
+def test_a_knob_of_the_wrong_type_or_range_is_one_error_naming_it(knob, value, line):
+    """`epochs="3"` used to be TypeError's `must be real number, not str`, naming no knob."""
+    for make in (lambda: RECIPES["deit"].replace(**{knob: value}), lambda: Recipe(**{knob: value})):
+        with pytest.raises(KnobError) as raised:
+            make()
+        assert isinstance(raised.value, ArgumentError) and raised.value.usage
+        assert (raised.value.argument, raised.value.knob, raised.value.value) == (knob, knob, value)
+        assert str(raised.value) == line
 
 
 def test_a_rerun_with_a_changed_knob_is_refused_by_name(tmp_path):

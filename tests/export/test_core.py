@@ -1,0 +1,64 @@
+"""keras_cait/export/core.py and the exporters' shared refusals: a destination no format writes,
+an optional extra that is not installed. Each is one error naming the argument, or the extra to
+install, before anything is traced or written."""
+
+import importlib.metadata
+import os
+import re
+import sys
+
+import pytest
+
+from keras_cait.errors import ArgumentError, ExtraMissing
+from keras_cait.export import FORMATS, check_destination
+from keras_cait.export.formats import file_formats
+
+
+def _modules_of_extra(extra):
+    """The top-level modules of the distributions that `pip install "keras-cait[extra]"` installs
+    (those of them installed here), read from keras-cait's own metadata."""
+    distributions = set()
+    for requirement in importlib.metadata.requires("keras-cait") or ():
+        name, _, marker = requirement.partition(";")
+        if re.search(rf"""extra\s*==\s*["']{re.escape(extra)}["']""", marker):
+            distributions.add(re.split(r"[<>=!~\[ ]", name.strip(), maxsplit=1)[0].lower().replace("_", "-"))
+    modules = importlib.metadata.packages_distributions()
+    return sorted(module for module, owners in modules.items()
+                  if module.replace("_", "-").lower() in distributions
+                  and any(owner.lower().replace("_", "-") in distributions for owner in owners))
+
+
+@pytest.mark.parametrize("row", [row for row in FORMATS if row.extra], ids=lambda row: row.name)
+def test_an_export_without_its_extra_names_the_pip_install(row, model, tmp_path, monkeypatch):
+    """Read from the formats table's `extra` column: every format that needs an extra says which."""
+    modules = _modules_of_extra(row.extra)
+    assert modules, f'pip install "keras-cait[{row.extra}]" installs no module this test can hide'
+    for module in modules:
+        monkeypatch.setitem(sys.modules, module, None)  # `import module` now fails as if not installed
+    path = tmp_path / f"cait{row.suffix}"
+    with pytest.raises(ExtraMissing) as raised:
+        row.load()(model, path)
+    assert isinstance(raised.value, ImportError) and raised.value.extra == row.extra
+    assert str(raised.value).startswith(f"{row.exporter} needs ")
+    assert str(raised.value).endswith(f'; pip install "keras-cait[{row.extra}]"')
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("name", ["model.pt", "cait.h5", "weights.safetensors", "serving/cait.pth"])
+def test_a_destination_whose_suffix_no_format_writes_is_refused_naming_the_suffixes(name, tmp_path):
+    """Not taken for a TF Serving version folder (whose advice used to be all it got)."""
+    path = str(tmp_path / name)
+    with pytest.raises(ArgumentError) as raised:
+        check_destination(path)
+    error = raised.value
+    assert (error.argument, error.value, error.usage) == ("path", path, True)
+    suffix = os.path.splitext(name)[1]
+    assert str(error).startswith(f"path={path!r}: no export format writes a {suffix} file; give a path ending in ")
+    for row in file_formats():
+        assert f"{row.suffix} ({row.name})" in str(error)
+    assert "version folder" in str(error) and "TF Serving loads" not in str(error)
+
+
+@pytest.mark.parametrize("name", ["serving/cait/1", "serving/cait.v2/3"])
+def test_a_version_folder_is_still_a_destination(name, tmp_path):
+    assert check_destination(tmp_path / name) is None
