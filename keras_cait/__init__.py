@@ -4,7 +4,7 @@
 variants and their weights, preprocessing, attention maps and block features. The training
 recipe (`keras_cait.training`) and the exporters (`keras_cait.export_*`) are
 TensorFlow modules (tf.data, SavedModel) and load on first use.
-TensorFlow's start-up INFO lines are left out (see `keras_cait.startup_log`). In the
+TensorFlow's start-up INFO lines are left out (see `keras_cait.io.stderr`). In the
 `keras-cait` command a Ctrl-C while they load is its one line (`keras_cait.startup_interrupt`),
 and TensorFlow runs oneDNN's CPU kernels on every x86 CPU (`keras_cait.startup_onednn`).
 """
@@ -23,7 +23,7 @@ from keras_cait.startup_onednn import use_onednn_in_the_command  # noqa: E402
 
 use_onednn_in_the_command()  # the keras-cait command only, before TensorFlow loads: oneDNN's kernels
 
-from keras_cait.startup_log import quiet_tensorflow_startup  # noqa: E402
+from keras_cait.io.stderr import quiet_tensorflow_startup  # noqa: E402
 
 with quiet_tensorflow_startup():
     import keras  # noqa: F401  loads the backend (TensorFlow by default) without its start-up INFO lines

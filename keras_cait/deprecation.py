@@ -22,6 +22,7 @@ MOVED = {
     "keras_cait.evaluation_transform": "keras_cait.images.evaluation_transform",
     "keras_cait.decoder_messages": "keras_cait.images.decoder_messages",
     "keras_cait.atomic": "keras_cait.io.atomic",
+    "keras_cait.startup_log": "keras_cait.io.stderr",
 }
 
 

@@ -68,7 +68,7 @@ _unraisablehook = []  # the hook `_quiet_when_ours` or `_interrupt_again` stands
 
 def _interrupted(signum, frame):
     # SystemExit with a text: Python prints it to standard error once every `finally` has run
-    # (standard error is restored after keras_cait.startup_log has caught it) and exits with 1.
+    # (standard error is restored after keras_cait.io.stderr has caught it) and exits with 1.
     _received.append(signum)
     raise SystemExit(interrupted_line(sys.argv[1:]))
 

@@ -17,7 +17,7 @@ import os
 import re
 import threading
 
-from keras_cait.startup_log import flush_stderr, write_all
+from keras_cait.io.stderr import flush_stderr, write_all
 
 # libjpeg-turbo's messages (jerror.h) that decompression can print.
 _LIBJPEG = re.compile(

@@ -9,9 +9,9 @@ import textwrap
 
 import pytest
 
-from keras_cait.startup_log import drop_startup_info
+from keras_cait.io.stderr import drop_startup_info
 
-STARTUP_LOG = os.path.join(os.path.dirname(__file__), os.pardir, "keras_cait", "startup_log.py")
+STDERR_PY = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "keras_cait", "io", "stderr.py")
 NOTICE = b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
 
 
@@ -78,13 +78,13 @@ def test_tf_cpp_min_log_level_0_keeps_the_startup_lines(plain_keras_import):
     assert set(sources(plain_keras_import)) <= set(sources(stderr))
 
 
-# keras_cait/startup_log.py loaded on its own, so no TensorFlow is imported before it runs.
+# keras_cait/io/stderr.py loaded on its own, so no TensorFlow is imported before it runs.
 LOAD_STANDALONE = textwrap.dedent(
     f"""
     import importlib.util
-    spec = importlib.util.spec_from_file_location("startup_log", {STARTUP_LOG!r})
-    startup_log = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(startup_log)
+    spec = importlib.util.spec_from_file_location("stderr", {STDERR_PY!r})
+    stderr = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stderr)
     """
 )
 
@@ -93,7 +93,7 @@ SCRIPT = textwrap.dedent(
     import os, sys
     print("stderr before", file=sys.stderr)
     try:
-        with startup_log.quiet_tensorflow_startup():
+        with stderr.quiet_tensorflow_startup():
             os.write(2, {notice!r} + b"\\n")
             os.write(2, b"I0000 00:00:1795435799.297748    1887 port.cc:153] oneDNN custom operations are on.\\n")
             os.write(2, b"I1123 12:06:39.341746    1887 cpu_feature_guard.cc:227] This TensorFlow binary\\n")
@@ -141,7 +141,7 @@ def test_nothing_is_caught_at_log_level_0_or_after_tensorflow_is_loaded():
 def test_where_standard_error_cannot_be_caught_the_body_runs_all_the_same(setup):
     stdout, _ = run_python(
         f"import os, tempfile\n{setup}\n" + LOAD_STANDALONE
-        + "with startup_log.quiet_tensorflow_startup():\n    print('ran')"
+        + "with stderr.quiet_tensorflow_startup():\n    print('ran')"
     )
     assert stdout == b"ran\n"
 

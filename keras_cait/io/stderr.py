@@ -1,4 +1,5 @@
-"""TensorFlow's start-up INFO lines, kept out of `import keras_cait`.
+"""Standard error at the descriptor level: TensorFlow's start-up INFO lines kept out of
+`import keras_cait`, and writes that a closed standard error does not break.
 
 When TensorFlow 2.21 loads it logs, at INFO level, that oneDNN is on, that no
 CUDA driver was found and which CPU instructions it could use (and, where NVIDIA's
