@@ -1,10 +1,14 @@
-"""Image loading, input preprocessing and ImageNet label decoding, as keras.applications offers them."""
+"""Image loading, input preprocessing and label decoding (ImageNet's or a fine-tuned model's), as
+keras.applications offers them."""
 
 import functools
 import importlib.resources
 import json
+import numbers
 
 import numpy as np
+
+from keras_cait.errors import ArgumentError, Named
 
 # The mean and std of ImageNet-1k's RGB pixels on a 0..1 scale, as every CaiT checkpoint was
 # trained with them (timm's IMAGENET_DEFAULT_MEAN / _STD); the model normalises with them too.
@@ -67,22 +71,50 @@ def imagenet_classes():
     return [tuple(index[str(i)]) for i in range(len(index))]
 
 
-def decode_predictions(preds, top=5):
-    """Decodes a batch of ImageNet predictions into [(wordnet id, name, score)] per image.
+def decode_predictions(preds, top=5, class_names=None):
+    """Decodes a batch of predictions into `[(class id, class name, score)]` per image, best first,
+    as keras.applications' `decode_predictions`: ImageNet's 1000 classes by default (the id a
+    WordNet id), or with `class_names` a fine-tuned model's own (the id the class's index in the
+    model's output).
 
     Args:
-        preds: array `(batch, 1000)` of probabilities or logits.
-        top: how many classes to return per image, best first.
+        preds: array `(samples, classes)` of probabilities or logits.
+        top: how many classes to return per image, best first (all of them where there are fewer).
+        class_names: the names of the model's classes in index order, e.g. `model.class_names` of
+            a model fine-tuned on a folder (the names of its subfolders); None: ImageNet's.
+
+    Example:
+        >>> model = keras.models.load_model("runs/flowers/best.keras")
+        >>> image = keras_cait.preprocessing.load_image("rose.jpg", model.input_shape[1])
+        >>> keras_cait.decode_predictions(model.predict(image[None]), top=2, class_names=model.class_names)
+        [[(1, 'roses', 0.97), (0, 'daisy', 0.03)]]
     """
+    if isinstance(top, bool) or not isinstance(top, numbers.Integral) or top < 1:
+        raise ArgumentError("top", top, "must be a positive integer", ["e.g. ", Named("top", 5)], usage=True)
     preds = np.asarray(preds)
-    if preds.ndim != 2 or preds.shape[1] != 1000:
-        raise ValueError(
-            f"decode_predictions expects a batch of ImageNet predictions of shape "
-            f"(samples, 1000); got {preds.shape}."
-        )
-    classes = imagenet_classes()
+    if class_names is None:
+        if preds.ndim != 2 or preds.shape[1] != 1000:
+            raise ValueError(
+                f"decode_predictions expects a batch of ImageNet predictions of shape "
+                f"(samples, 1000); got {preds.shape}. A fine-tuned model's predictions decode with "
+                "its own class names: decode_predictions(preds, class_names=model.class_names)."
+            )
+        classes = imagenet_classes()
+    else:
+        if isinstance(class_names, str) or not all(isinstance(name, str) for name in class_names):
+            raise ArgumentError("class_names", class_names, "must be a list of str",
+                                "give the model's class names in index order, e.g. model.class_names", usage=True)
+        if preds.ndim != 2:
+            raise ArgumentError("preds", preds, "must be a batch of predictions of shape (samples, classes)",
+                                "e.g. model.predict(images)", shown=f"<array of shape {preds.shape}>")
+        if len(class_names) != preds.shape[1]:
+            raise ArgumentError(
+                "class_names", class_names, f"{len(class_names)} names for predictions of {preds.shape[1]} classes",
+                "give one name per class, in the order of the model's outputs (model.class_names)",
+                shown=None if len(class_names) <= 6 else f"[{len(class_names)} names]")
+        classes = list(enumerate(class_names))
     results = []
     for row in preds:
-        best = np.argsort(row)[::-1][:top]
+        best = np.argsort(-row, kind="stable")[:top]
         results.append([(*classes[i], float(row[i])) for i in best])
     return results

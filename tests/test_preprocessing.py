@@ -47,6 +47,60 @@ def test_decode_predictions_refuses_other_shapes(shape):
         decode_predictions(np.zeros(shape))
 
 
+def test_decode_predictions_with_class_names_gives_the_fine_tuned_classes_best_first():
+    """keras.applications' shape, [(class id, name, score)] per image, with the model's own names
+    and the class's index in its output as the id."""
+    rng = np.random.default_rng(7)
+    names = [f"class_{rng.integers(10**6)}" for _ in range(7)]
+    predictions = rng.dirichlet(np.ones(7), size=3).astype("float32")
+
+    decoded = decode_predictions(predictions, top=4, class_names=names)
+
+    assert len(decoded) == 3
+    for row, entries in zip(predictions, decoded):
+        order = sorted(range(7), key=lambda index: -row[index])[:4]
+        assert entries == [(index, names[index], pytest.approx(float(row[index]))) for index in order]
+        assert all(type(score) is float for _, _, score in entries)
+    # Fewer classes than `top`: all of them, best first.
+    assert [len(entries) for entries in decode_predictions(predictions[:, :2], class_names=names[:2])] == [2] * 3
+
+
+def test_decode_predictions_of_a_fine_tuned_model_names_its_classes(tiny_cait):
+    from keras_cait.models import with_class_names
+
+    model = with_class_names(tiny_cait(classes=3), ["daisy", "roses", "tulips"])
+    images = np.random.default_rng(0).uniform(0, 255, (2, 32, 32, 3)).astype("float32")
+    predictions = model.predict(images, verbose=0)
+
+    decoded = decode_predictions(predictions, top=3, class_names=model.class_names)
+
+    assert [sorted(name for _, name, _ in entries) for entries in decoded] == [["daisy", "roses", "tulips"]] * 2
+    assert [entries[0][0] for entries in decoded] == list(np.argmax(predictions, axis=-1))
+
+
+@pytest.mark.parametrize("arguments, line", [
+    (dict(class_names=["a", "b", "c"]),
+     "class_names=['a', 'b', 'c']: 3 names for predictions of 4 classes; give one name per class, in the "
+     "order of the model's outputs (model.class_names)"),
+    (dict(class_names=[f"c{i}" for i in range(9)]),
+     "class_names=[9 names]: 9 names for predictions of 4 classes; give one name per class, in the "
+     "order of the model's outputs (model.class_names)"),
+    (dict(class_names="abcd"),
+     "class_names='abcd': must be a list of str; give the model's class names in index order, e.g. "
+     "model.class_names"),
+    (dict(top=0), "top=0: must be a positive integer; e.g. top=5"),
+])
+def test_decode_predictions_refuses_in_one_line_naming_the_argument(arguments, line):
+    with pytest.raises(ValueError) as error:
+        decode_predictions(np.full((2, 4), 0.25, "float32"), **arguments)
+    assert str(error.value) == line
+
+
+def test_decode_predictions_with_class_names_refuses_one_image_without_its_batch():
+    with pytest.raises(ValueError, match=re.escape("preds=<array of shape (2,)>: must be a batch of predictions")):
+        decode_predictions(np.array([0.3, 0.7]), class_names=["a", "b"])
+
+
 def test_preprocess_input_is_the_identity_for_models_that_normalise_themselves():
     images = np.random.default_rng(0).integers(0, 256, (2, 8, 8, 3)).astype("float32")
 

@@ -159,5 +159,11 @@ def test_the_python_run_snippet_runs_as_written_and_resumes_as_the_command_would
     done = run(code, cwd=tmp_path)
     assert "['daisy', 'roses']" in done.stdout or "('daisy', 'roses')" in done.stdout, done.stdout[-800:]
     assert '"top1"' in done.stdout or "'top1'" in done.stdout
+    assert "top5" not in done.stdout  # 2 classes: top-1 only, as the guide says
+    # The prediction of the fine-tuned model, decoded with its class names: (index, name, probability).
+    decoded = eval(next(line for line in done.stdout.splitlines() if line.startswith("[[(")))  # noqa: S307
+    (first, second), = decoded
+    assert {first[:2], second[:2]} == {(0, "daisy"), (1, "roses")} and first[2] >= second[2]
+    assert first[2] + second[2] == pytest.approx(1, abs=1e-5)
     again = run(code, cwd=tmp_path)  # the same call again: the finished run trains nothing
     assert "finished earlier with the same settings" in again.stdout
