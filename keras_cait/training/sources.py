@@ -9,15 +9,17 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import os
+import re
 import time
 from collections.abc import Callable
 
 import numpy as np
 import tensorflow as tf
 
-from keras_cait.atomic import written_atomically
-from keras_cait.decoder_messages import decoder_messages_dropped
-from keras_cait.evaluation_transform import (
+from keras_cait.io.atomic import written_atomically
+from keras_cait.images.decoder_messages import decoder_messages_dropped
+from keras_cait.errors import ArgumentError, Named, python_name
+from keras_cait.images.evaluation_transform import (
     HEADER_BYTES,
     IMAGE_EXTENSIONS,
     IMAGE_FILE_FORMATS,
@@ -238,13 +240,13 @@ def source(spec, class_names=None, data_dir=None):
     if spec.startswith("tfds:"):
         name, _, split = spec[len("tfds:"):].rpartition(":")
         if not name:
-            raise ValueError(f"{spec!r}: write tfds:NAME:SPLIT, e.g. tfds:imagenet2012:validation.")
+            raise ValueError("a TFDS split is written tfds:NAME:SPLIT, e.g. tfds:imagenet2012:validation.")
         return tfds(name, split, data_dir)
     if spec.startswith("tfrecord:"):
         if not class_names:
-            raise ValueError(
-                f"{spec!r}: TFRecords need the class names (--class-names FILE, one name per line)."
-            )
+            raise ArgumentError("class_names", class_names, f"{spec!r} names TFRecords, which hold class indices, "
+                                "not names", ["give ", Named("class_names"), ", one name per class, in the order "
+                                "of the indices"], usage=True)
         return tfrecords(spec[len("tfrecord:"):], class_names)
     return image_folder(spec)
 
@@ -258,7 +260,7 @@ def split(source, fraction, seed=0):
     (`class_counts` tells the classes of 1 image, which cannot be split).
     """
     if not 0 < fraction < 1:
-        raise ValueError(f"fraction={fraction}: must be in (0, 1), e.g. 0.1.")
+        raise ArgumentError("fraction", fraction, "must be above 0 and below 1", ["e.g. ", Named("fraction", 0.1)])
     held_out = max(1, round(source.num_examples * fraction))
     if held_out >= source.num_examples:
         raise ValueError(f"Cannot hold out {fraction:.0%} of {source.num_examples} examples.")
@@ -439,15 +441,15 @@ PASSES = ("headers", "decode")
 def find_undecodable(source, limit=None, passes=PASSES):
     """The examples of `source` that the training and evaluation streams cannot decode.
 
-    What a command searches after a run failed on a decode error that the check before
+    What a run searches (`undecodable_named`) after it failed on a decode error that the check before
     it (`check_images`) did not reach (TensorFlow's message names no file). Two passes,
     the second only where the first finds nothing:
 
     1. "headers": the first bytes of every example against the formats that are read
-       (`keras_cait.evaluation_transform.IMAGE_FILE_FORMATS`): a text file named `.jpg`,
+       (`keras_cait.images.evaluation_transform.IMAGE_FILE_FORMATS`): a text file named `.jpg`,
        an empty file, a TIFF, an animated WebP. An image folder reads the ends of each
        file (`check_images` gives the cost); TFRecords and TFDS read every record;
-    2. "decode": the decode the streams use (`keras_cait.evaluation_transform.
+    2. "decode": the decode the streams use (`keras_cait.images.evaluation_transform.
        decode_image`) of every example, in parallel: a truncated or damaged file,
        an image over the pixel limit. It stops once `limit` examples are found.
 
@@ -493,9 +495,9 @@ def check_images(source, seconds=CHECK_SECONDS, at_least=CHECK_DECODES_AT_LEAST)
     `at_least` files, then as many as `seconds` allow. A folder of up to a few thousand
     small images is decoded whole; of a larger one, every file's ends are read and the
     rest of its images are decoded as the run reads them (a decode error there is
-    named by the command, `keras_cait.cli.errors.named_bad_images`). TFRecords and TFDS:
+    named by the run, `undecodable_named`). TFRecords and TFDS:
     the records' decode, from the first, as bounded. The decoders' own messages are
-    kept off standard error (`keras_cait.decoder_messages`).
+    kept off standard error (`keras_cait.images.decoder_messages`).
 
     Returns:
         an `ImageCheck`: the undecodable examples in the source's order (all of them
@@ -605,6 +607,114 @@ def undecodable_message(found, complete=True):
     kind = "records" if records else "files"
     return (f"{what}: {_count(len(bad), complete)} {kind}{where} cannot be decoded as images "
             f"({IMAGE_FORMATS}): {_names(bad)}{elsewhere}; {advice}.")
+
+
+def undecodable_error(found, complete=True, error_type=ArgumentError):
+    """The error naming the undecodable examples, `found` ({argument: (value, [Undecodable])}:
+    `data` and `val_data` of a run, `value` what it was given), the first argument's files named,
+    the others' counted; `complete`: whether every example was searched (else "at least N"):
+
+        data='photos': photos/cat/x.jpg cannot be decoded as an image (JPEG, PNG, GIF, BMP or
+        WebP): not an image file; remove or replace it
+
+    `error_type`: an `ArgumentError` (e.g. the run's `RunError`), raised by the caller.
+    """
+    (argument, (value, bad)), *others = found.items()
+    bad = sorted(bad, key=lambda undecodable: undecodable.name)
+    records = bad[0].name.startswith("record ")
+    several = len(bad) > 1 or bool(others)
+    if not records:
+        advice = "remove or replace them" if several else "remove or replace it"
+    elif str(value).startswith("tfds:"):
+        advice = "prepare the dataset again (tfds build): its files are damaged"
+    else:
+        advice = ("write the TFRecords again without them, or with the images replaced" if several
+                  else "write the TFRecords again without it, or with the image replaced")
+    where = " (counting from 0 in the source's order)" if records else ""
+    elsewhere = [part for other, (other_value, more) in others
+                 for part in (f" (and {_count(len(more), complete)} in ", _named(other, other_value), ": ",
+                              _names(more, reasons=False), ")")]
+    if len(bad) == 1:
+        problem = [f"{bad[0].name}{where} cannot be decoded as an image ({IMAGE_FORMATS}): {bad[0].reason}",
+                   *elsewhere]
+    else:
+        kind = "records" if records else "files"
+        problem = [f"{_count(len(bad), complete)} {kind}{where} cannot be decoded as images ({IMAGE_FORMATS}): "
+                   f"{_names(bad)}", *elsewhere]
+    shown = "<ImageSource>" if isinstance(value, ImageSource) else None
+    return error_type(argument, _plain(value), problem, advice, shown=shown)
+
+
+def _plain(value):
+    """A run's data as an error holds it: a path as a string, an `ImageSource` as it is."""
+    return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+
+def _named(argument, value):
+    return Named(argument, _plain(value), "<ImageSource>" if isinstance(value, ImageSource) else None)
+
+
+# TensorFlow's image decoders (op and node names) and their messages; the pixel limit's
+# assertion (`keras_cait.images.evaluation_transform.decode_image`).
+_DECODE_ERROR = re.compile(
+    r"\b(Decode(Image|Jpeg|AndCropJpeg|Png|Gif|Bmp|WebP)|ExtractJpegShape)\b|Unknown image file format"
+    r"|Invalid (JPEG|PNG|GIF) data|Invalid PNG|pixels; at most [\d,]+ are decoded"
+)
+# The search after a decode error stops after this many undecodable examples are found.
+BAD_IMAGES_SEARCHED = 20
+
+
+def is_decode_error(error):
+    """Whether `error` is TensorFlow's failure to decode an image (its message names no file)."""
+    return isinstance(error, tf.errors.InvalidArgumentError) and bool(_DECODE_ERROR.search(error.message))
+
+
+@contextlib.contextmanager
+def undecodable_named(named, error_type=ArgumentError):
+    """Turns TensorFlow's failure to decode an image while a run reads its data (its message names
+    the op, not the file) into `error_type` naming the file(s), as `undecodable_error` writes it.
+
+    `named`: `(argument, value, source)` of each kind of data the run reads (`("data", "photos",
+    train)`, `("val_data", None, validation)`; a source None is skipped, a split of `data` goes
+    under `data`). The runs check their data before they train (`check_images`), but of a large
+    folder they decode only what a few seconds allow; this is the net behind that check: the
+    sources are searched (`find_undecodable`, the header pass of every source first, then the
+    decode pass, stopping after `BAD_IMAGES_SEARCHED`) only once the body failed. Any other error,
+    or a decode error whose image no search finds, passes through unchanged.
+    """
+    try:
+        yield
+    except tf.errors.InvalidArgumentError as error:
+        if not is_decode_error(error):
+            raise
+        try:
+            found = _search(named)
+        except Exception:  # the search itself failed: TensorFlow's error is all there is
+            found = None
+        if found is None:
+            raise
+        raise undecodable_error(*found, error_type=error_type) from error
+
+
+def _search(named):
+    """`(found, complete)` for `undecodable_error` of the `(argument, value, source)` triples, or None."""
+    named = [(argument, value, source) for argument, value, source in named if source is not None]
+    if not named:
+        return None
+    shown = " and ".join(dict.fromkeys(python_name(_named(argument, value)) for argument, value, _ in named))
+    print(f"An image of {shown} cannot be decoded; looking for it...", flush=True)
+    for passes in (("headers",), ("decode",)):
+        found = {}
+        for argument, value, source in named:
+            left = None if passes == ("headers",) else BAD_IMAGES_SEARCHED - sum(
+                len(bad) for _, bad in found.values())
+            if left is None or left > 0:
+                found.setdefault(argument, (value, []))[1].extend(find_undecodable(source, limit=left, passes=passes))
+        found = {argument: (value, bad) for argument, (value, bad) in found.items() if bad}
+        if found:
+            searched = sum(len(bad) for _, bad in found.values())
+            return found, passes == ("headers",) or searched < BAD_IMAGES_SEARCHED
+    return None
 
 
 def _names(bad, reasons=True):

@@ -7,6 +7,7 @@ import sys
 import pytest
 from PIL import Image
 
+from keras_cait.errors import ArgumentError
 from keras_cait.images.evaluation_transform import IMAGE_FORMATS
 from keras_cait.training import Augmentation, sources, stream
 from tests.training.helpers import NO_AUGMENTATION, digest, stream_images
@@ -62,8 +63,19 @@ def test_tfds_without_tensorflow_datasets_is_a_clear_error(monkeypatch):
         sources.source("tfds:imagenet2012:validation")
     with pytest.raises(ValueError, match="tfds:NAME:SPLIT"):
         sources.source("tfds:validation")
-    with pytest.raises(ValueError, match="--class-names"):
+    with pytest.raises(ArgumentError) as raised:
         sources.source("tfrecord:train-*")
+    assert (raised.value.argument, raised.value.value, raised.value.usage) == ("class_names", None, True)
+    assert str(raised.value) == ("class_names=None: 'tfrecord:train-*' names TFRecords, which hold class indices, "
+                                 "not names; give class_names, one name per class, in the order of the indices")
+
+
+@pytest.mark.parametrize("fraction", [0, 1, 1.5, -0.1])
+def test_a_split_out_of_range_is_one_error_naming_the_fraction(folder, fraction):
+    with pytest.raises(ArgumentError) as raised:
+        sources.split(sources.image_folder(folder), fraction)
+    assert (raised.value.argument, raised.value.value) == ("fraction", fraction)
+    assert str(raised.value) == f"fraction={fraction!r}: must be above 0 and below 1; e.g. fraction=0.1"
 
 
 def test_split_is_disjoint_and_repeatable(folder):
@@ -255,3 +267,69 @@ def test_the_check_of_records_names_them_in_the_one_list_s_words(tmp_path, digit
     check = sources.check_images(records)
     assert check.undecodable == [sources.Undecodable("record 4", "not an image file")]
     assert check.complete and not check.files
+
+
+# === A decode error while a run reads its data: the run names the file (undecodable_named) ===
+
+
+def _undecodable_folder(root, digits):
+    folder = digits(root / "photos", per_class=2, size=8, classes=range(2))
+    (root / "photos" / "1" / "broken.jpg").write_text("This is not an image, whatever its name says.\n")
+    return sources.image_folder(folder)
+
+
+def _read_all(source):
+    for _ in stream.evaluation_dataset(source, 8, 2):
+        pass
+
+
+def test_a_decode_error_becomes_the_error_naming_the_file(tmp_path, digits):
+    import tensorflow as tf
+
+    source = _undecodable_folder(tmp_path, digits)
+    with pytest.raises(ArgumentError) as failed:
+        with sources.undecodable_named([("data", "photos", source)]):
+            _read_all(source)
+    broken = os.path.join(str(tmp_path), "photos", "1", "broken.jpg")
+    assert str(failed.value) == (f"data='photos': {broken} cannot be decoded as an image ({IMAGE_FORMATS}): "
+                                 "not an image file; remove or replace it")
+    assert (failed.value.argument, failed.value.value, failed.value.usage) == ("data", "photos", False)
+    assert isinstance(failed.value.__cause__, tf.errors.InvalidArgumentError)
+
+
+def test_the_sources_are_searched_only_after_a_decode_error(tmp_path, digits, monkeypatch):
+    source = _undecodable_folder(tmp_path, digits)
+    monkeypatch.setattr(sources, "find_undecodable", lambda *args, **kwargs: pytest.fail("searched"))
+    with sources.undecodable_named([("data", "photos", source), ("val_data", "v", source)]):
+        pass
+
+
+def test_other_errors_pass_the_search_unchanged(tmp_path, digits):
+    import tensorflow as tf
+
+    source = _undecodable_folder(tmp_path, digits)
+    for error in (tf.errors.InvalidArgumentError(None, None, "Incompatible shapes: [4,3] vs. [4,10]"),
+                  ValueError("another mistake"), tf.errors.ResourceExhaustedError(None, None, "OOM")):
+        with pytest.raises(type(error)) as raised:
+            with sources.undecodable_named([("data", "photos", source)]):
+                raise error
+        assert raised.value is error
+
+
+def test_a_decode_error_that_no_search_finds_is_tensorflow_s(tmp_path, digits):
+    import tensorflow as tf
+
+    good = sources.image_folder(digits(tmp_path / "good", per_class=2, size=8, classes=range(2)))
+    bad = _undecodable_folder(tmp_path, digits)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="Unknown image file format"):
+        with sources.undecodable_named([("data", "good", good)]):  # the error is not of this data
+            _read_all(bad)
+
+
+def test_the_validation_data_are_searched_under_their_argument(tmp_path, digits):
+    good = sources.image_folder(digits(tmp_path / "good", per_class=2, size=8, classes=range(2)))
+    bad = _undecodable_folder(tmp_path, digits)
+    with pytest.raises(ArgumentError, match=r"^val_data='photos': .*broken\.jpg cannot be decoded") as failed:
+        with sources.undecodable_named([("data", "good", good), ("val_data", "photos", bad), ("x", "y", None)]):
+            _read_all(bad)
+    assert failed.value.argument == "val_data"
