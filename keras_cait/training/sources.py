@@ -232,7 +232,8 @@ def tfds(name, split, data_dir=None):
 def source(spec, class_names=None, data_dir=None):
     """Opens a source from its command-line spelling.
 
-    - `path/to/folder`: `image_folder`;
+    - `path/to/folder`: `image_folder`; `class_names`, where given, must be its classes (its
+      subfolders, sorted): they are checked, never silently put aside;
     - `tfrecord:PATTERN`: `tfrecords(PATTERN, class_names)` (class names needed);
     - `tfds:NAME:SPLIT`: `tfds(NAME, SPLIT, data_dir)`, e.g. `tfds:imagenet2012:validation`.
     """
@@ -248,7 +249,13 @@ def source(spec, class_names=None, data_dir=None):
                                 "not names", ["give ", Named("class_names"), ", one name per class, in the order "
                                 "of the indices"], usage=True)
         return tfrecords(spec[len("tfrecord:"):], class_names)
-    return image_folder(spec)
+    folder = image_folder(spec)
+    if class_names is not None and [str(name) for name in class_names] != folder.class_names:
+        raise ArgumentError(
+            "class_names", list(class_names), f"the folder {spec!r} has the classes {_listed(folder.class_names)}: "
+            "a folder's classes are its subfolders, in sorted order",
+            ["leave ", Named("class_names"), " out for a folder, or give those names in that order"], usage=True)
+    return folder
 
 
 def split(source, fraction, seed=0):

@@ -333,3 +333,16 @@ def test_the_validation_data_are_searched_under_their_argument(tmp_path, digits)
         with sources.undecodable_named([("data", "good", good), ("val_data", "photos", bad), ("x", "y", None)]):
             _read_all(bad)
     assert failed.value.argument == "val_data"
+
+
+def test_class_names_given_with_a_folder_are_checked_against_its_classes(folder):
+    """Given with a folder they used to be put aside without a word (and written to run.json)."""
+    classes = sources.image_folder(folder).class_names
+    assert sources.source(folder, list(classes)).class_names == classes
+    wrong = ["cat", "dog"]
+    with pytest.raises(ArgumentError) as raised:
+        sources.source(folder, wrong)
+    assert (raised.value.argument, raised.value.value, raised.value.usage) == ("class_names", wrong, True)
+    assert str(raised.value).startswith(f"class_names=['cat', 'dog']: the folder {folder!r} has the classes "
+                                        f"{', '.join(classes[:5])}")
+    assert str(raised.value).endswith("; leave class_names out for a folder, or give those names in that order")
