@@ -19,7 +19,6 @@ from keras_cait.cli.errors import (
     check_writable_file,
     check_writable_folder,
     fail,
-    load_keras_model,
     read_class_names,
     reported,
     usage,
@@ -38,14 +37,12 @@ from keras_cait.export.formats import (
     quantization_modes,
 )
 
-# Every CaiT built by name classifies the 1000 ImageNet classes.
-IMAGENET_CLASSES = 1000
+from keras_cait.models.variants import IMAGENET_CLASSES, default_image_size, parse_model_name
+from keras_cait.weights import WEIGHT_FILES
 
 
 def _variant_of(model_name):
     """'cait_s24_224' -> ('S24', 224); 'cait_xs36' or 'XS36' -> ('XS36', None)."""
-    from keras_cait.variants import parse_model_name
-
     try:
         return parse_model_name(model_name)
     except ValueError as error:
@@ -53,22 +50,19 @@ def _variant_of(model_name):
 
 
 def _side(model_name):
-    """The input side of a CaiT by name (`keras_cait.variants.default_image_size`)."""
-    from keras_cait.variants import default_image_size
-
+    """The input side of a CaiT by name (`keras_cait.models.default_image_size`)."""
     _variant_of(model_name)
     return default_image_size(model_name)
 
 
-def _build(model_name, weights):
-    from keras_cait.variants import cait
+def _loaded(model, weights, flag="--weights", **options):
+    """`keras_cait.models.load_classifier(model, weights=..., **options)`, its errors as the line
+    (naming `flag`, the words that gave `weights`): the one loader of every command (`--weights`
+    left out is "imagenet")."""
+    from keras_cait.models import load_classifier
 
-    variant, _ = _variant_of(model_name)
-    side = _side(model_name)
-    weights = "imagenet" if weights is None else weights
-    weights = None if weights == "none" else weights
-    with weights_errors(weights):
-        return cait(variant, weights=weights, input_shape=(side, side, 3))
+    with weights_errors(weights, flag=flag):
+        return load_classifier(model, weights="imagenet" if weights is None else weights, **options)
 
 
 def _check_model_argument(args, top_flag=None):
@@ -85,31 +79,23 @@ def _check_model_argument(args, top_flag=None):
 
 
 def _model(args):
-    """The model of `--model`: a saved `.keras` model (e.g. best.keras of a fine-tuning run) or a
-    CaiT by name (cait_s24_224) with `--weights`."""
-    if args.model.endswith(".keras"):
-        return load_keras_model(args.model)
-    return _build(args.model, args.weights)
+    """The CaiT classifier of `--model`: a saved `.keras` model (e.g. best.keras of a fine-tuning
+    run) or a CaiT by name (cait_s24_224) with `--weights`, at its own side."""
+    return _loaded(args.model, args.weights)
 
 
 def _square_side(model, model_name):
     """The input side of a model that takes square images (images are centre-cropped square)."""
-    if not isinstance(model.input_shape, tuple) or len(model.input_shape) != 4:
-        raise fail(f"--model {model_name!r} takes inputs of shape {model.input_shape}, not images (batch, height, "
-                   "width, 3); give an image classifier: a CaiT .keras model or a CaiT variant.")
-    height, width = model.input_shape[1:3]
-    if height != width:
-        raise fail(
-            f"--model {model_name!r} takes {height}x{width} images; the command crops images "
-            "square, so it needs a model with square input.",
-        )
-    return height
+    from keras_cait.models import image_side
+
+    with user_input(None, ValueError):
+        return image_side(model, value=model_name)
 
 
 def _classes(model, model_name):
-    """The class count of a classifier (`keras_cait.model.class_count`); a model without class
+    """The class count of a classifier (`keras_cait.models.architecture.class_count`); a model without class
     scores is refused."""
-    from keras_cait.model import class_count
+    from keras_cait.models.architecture import class_count
 
     try:
         return class_count(model)
@@ -134,7 +120,7 @@ def _load_image(path, side):
 def predict(args):
     import numpy as np
 
-    from keras_cait.model import class_names_of
+    from keras_cait.models.architecture import class_names_of
 
     _check_model_argument(args, "--top")
     check_range("--top", args.top, 1, example=5)
@@ -159,19 +145,19 @@ def predict(args):
 
 
 def convert(args):
-    from keras_cait.variants import cait
-
     variant, resolution = _variant_of(args.model)
     if resolution is None:
         raise usage(f"--model {args.model}: give the resolution too, e.g. cait_{variant.lower()}_384.")
     if not args.output.endswith(".weights.h5"):
         raise usage(f"--output {args.output!r} must end in .weights.h5, e.g. {args.model}.weights.h5.")
+    checkpoints = f"{', '.join(WEIGHT_FILES[:-2])} or {WEIGHT_FILES[-2]}"  # not keras_cait's own .weights.h5
     if not os.path.isfile(args.checkpoint):
         what = "is a folder" if os.path.isdir(args.checkpoint) else "no such file"
-        raise fail(f"checkpoint {args.checkpoint!r}: {what}; give a .safetensors or .pth file.")
+        raise fail(f"checkpoint {args.checkpoint!r}: {what}; give a {checkpoints} file.")
+    if not args.checkpoint.endswith(WEIGHT_FILES[:-1]):
+        raise usage(f"checkpoint {args.checkpoint!r}: not a timm or DeiT checkpoint; give a {checkpoints} file.")
     check_writable_file("--output", args.output)
-    with weights_errors(args.checkpoint, flag="checkpoint"):
-        model = cait(variant, weights=args.checkpoint, input_shape=(resolution, resolution, 3))
+    model = _loaded(args.model, args.checkpoint, flag="checkpoint")
     from keras_cait.atomic import written_atomically
 
     with writing(args.output), written_atomically(args.output) as partial:
@@ -250,7 +236,7 @@ def _serving_class_names(model, args, names):
     """The names of a SavedModel's top_k_classes output: --class-names FILE's (`names`), checked
     against the model's classes, else None for the model's own (or ImageNet's); a model that has
     none is refused naming the flag."""
-    from keras_cait.model import checked_class_names, class_names_of
+    from keras_cait.models.architecture import checked_class_names, class_names_of
 
     classes = _classes(model, args.model)
     if names is None:
@@ -359,7 +345,7 @@ def build_parser():
     p.set_defaults(run=predict)
 
     c = commands.add_parser("convert", help="convert a timm/DeiT checkpoint to Keras .weights.h5")
-    c.add_argument("checkpoint", help=".safetensors or .pth file")
+    c.add_argument("checkpoint", help=".safetensors, .pth or .pt file (timm's or DeiT's)")
     c.add_argument("output", help="the .weights.h5 file to write")
     c.add_argument("--model", required=True, help="cait_<variant>_<resolution>, e.g. cait_s24_384")
     add_debug_flag(c)

@@ -85,7 +85,7 @@ class CaiTBackbone(keras_hub.models.Backbone):
     def from_preset(cls, preset, load_weights=True, **kwargs):
         """A released checkpoint by its timm name (`"cait_s24_224"`), or any keras-hub preset.
 
-        `weights="/path/to/model.safetensors"` (or a .pth or .weights.h5 file) reads the released
+        `weights="/path/to/model.safetensors"` (or a .pth, .pt or .weights.h5 file) reads the released
         preset's weights from that file instead of the network (`presets.weights_argument`).
         """
         weights = presets.weights_argument(preset, load_weights, kwargs)

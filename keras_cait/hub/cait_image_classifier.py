@@ -6,7 +6,7 @@ import keras_hub
 from keras_cait.hub import presets
 from keras_cait.hub.cait_backbone import CaiTBackbone
 from keras_cait.hub.cait_image_classifier_preprocessor import CaiTImageClassifierPreprocessor
-from keras_cait.models.architecture import float32_if_mixed
+from keras_cait.models.architecture import classifier_head, float32_if_mixed
 
 POOLING_MODES = ("token", "avg")
 
@@ -60,9 +60,8 @@ class CaiTImageClassifier(keras_hub.models.ImageClassifier):
         self.backbone = backbone
         self.preprocessor = preprocessor
         self.output_dropout = keras.layers.Dropout(dropout, dtype=head_dtype, name="output_dropout")
-        self.output_dense = keras.layers.Dense(
-            num_classes, activation=activation, dtype=head_dtype, name="predictions"
-        )
+        # The head of every CaiT classifier: initialised as build_cait's and with_new_head's.
+        self.output_dense = classifier_head(num_classes, activation, head_dtype)
 
         # === Functional Model ===
         inputs = self.backbone.input
@@ -86,7 +85,7 @@ class CaiTImageClassifier(keras_hub.models.ImageClassifier):
         For `"cait_s24_224"` and the other released names (`keras_cait.hub.PRESETS`)
         the weights are timm's checkpoint, fetched as `weights="imagenet"` fetches it
         and put straight into this one model (`presets.load_weights`); with
-        `weights="/path/to/model.safetensors"` (or a .pth or .weights.h5 file) they are
+        `weights="/path/to/model.safetensors"` (or a .pth, .pt or .weights.h5 file) they are
         read from that file, with no network. As for keras-hub's classifiers, passing
         `num_classes` gives a new, random head. `load_weights=False` builds the
         architecture with random weights and downloads nothing.

@@ -12,11 +12,9 @@ a checkpoint file instead, with no network (`weights_argument`).
 
 import os
 
-from keras_cait.models.architecture import build_cait
-from keras_cait.models.variants import VARIANTS, parse_model_name
-from keras_cait.weights import (
-    CHECKPOINTS, checkpoint_grid, load_imagenet_weights, load_state_dict, load_weights_file, read_checkpoint,
-)
+from keras_cait.errors import ArgumentError, Named
+from keras_cait.models import VARIANTS, checked_weights, load_classifier, parse_model_name
+from keras_cait.weights import CHECKPOINTS, checkpoint_grid, load_imagenet_weights, load_state_dict, read_checkpoint
 
 PRESETS = tuple(CHECKPOINTS)
 
@@ -34,10 +32,9 @@ def is_released(preset):
     if preset in CHECKPOINTS:
         return True
     if preset.startswith("cait_"):
-        raise ValueError(
-            f"preset={preset!r}: no such CaiT checkpoint; the released ones are "
-            f"{', '.join(PRESETS)}. Or pass a preset folder (save_to_preset) or an hf:// handle."
-        )
+        raise ArgumentError("preset", preset, "no such CaiT checkpoint",
+                            f"the released ones are {', '.join(PRESETS)}; or pass a preset folder (save_to_preset) "
+                            "or an hf:// handle", usage=True)
     return False
 
 
@@ -52,37 +49,34 @@ def image_size(preset):
     return (side, side)
 
 
-# The files `weights=` reads: timm's or DeiT's checkpoint, or keras_cait's Keras weights.
-WEIGHT_FILES = (".safetensors", ".pth", ".weights.h5")
-
-
 def weights_argument(preset, load_weights, options):
     """What `from_preset(preset, load_weights, **options)` loads, `weights` taken out of `options`:
     "imagenet" (the preset's checkpoint, fetched), a file's path, or None (random weights).
 
-    `weights=` takes what `keras_cait.CaiT_*(weights=...)` takes: "imagenet", None, or a
-    .safetensors / .pth checkpoint (timm's or DeiT's names) or a .weights.h5 file of keras_cait,
-    e.g. the file a download error asks for when there is no network. It applies to the released
-    presets only; a preset folder or handle holds its own weights.
+    `weights=` takes what `keras_cait.CaiT_*(weights=...)` and `keras_cait.models.load_classifier`
+    take (`keras_cait.models.checked_weights`): "imagenet", None (or "none"), or a .safetensors /
+    .pth / .pt checkpoint (timm's or DeiT's names) or a .weights.h5 file of keras_cait, e.g. the file
+    a download error asks for when there is no network. It applies to the released presets only; a
+    preset folder or handle holds its own weights.
     """
     if "weights" not in options:
         return "imagenet" if load_weights else None
-    weights = options.pop("weights")
-    shown = f"weights={os.fspath(weights)!r}" if isinstance(weights, (str, os.PathLike)) else f"weights={weights!r}"
+    given = options.pop("weights")
     if not is_released(preset):
-        raise ValueError(f"{shown}: applies to the released CaiT presets ({', '.join(PRESETS)}); the preset "
-                         f"{preset!r} holds its own weights, and load_weights=False leaves them out.")
-    if weights is None or weights == "imagenet":
-        return weights if load_weights else None
-    if not load_weights:
-        raise ValueError(f"{shown} with load_weights=False: give one; load_weights=False builds random weights "
-                         "and reads no file.")
-    if not isinstance(weights, (str, os.PathLike)) or not os.fspath(weights).endswith(WEIGHT_FILES):
-        raise ValueError(f"{shown}: give 'imagenet', None, or the path of a {', '.join(WEIGHT_FILES[:-1])} or "
-                         f"{WEIGHT_FILES[-1]} file, e.g. weights='/path/to/model.safetensors'.")
-    if not os.path.isfile(weights):
-        raise ValueError(f"{shown}: no such file; check the path.")
-    return os.fspath(weights)
+        raise ArgumentError("weights", given, f"applies to the released CaiT presets ({', '.join(PRESETS)}); the "
+                            f"preset {preset!r} holds its own weights", ["leave it out; ", Named("load_weights", False),
+                            " leaves them out"], usage=True)
+    if load_weights:
+        return checked_weights(given)
+    try:
+        reads_a_file = checked_weights(given) not in (None, "imagenet")
+    except ArgumentError:  # a file, but not one that can be read: refused as a file
+        reads_a_file = True
+    if reads_a_file:
+        raise ArgumentError("weights", given, "a file, with load_weights=False, which builds random weights and "
+                            "reads no file", ["give one of ", Named("weights"), " and ", Named("load_weights")],
+                            usage=True)
+    return None
 
 
 def load_weights(backbone, preset, weights="imagenet", head=None):
@@ -93,7 +87,7 @@ def load_weights(backbone, preset, weights="imagenet", head=None):
     preset's checkpoint goes straight into the backbone's variables through timm's key map,
     strictly. A .safetensors or .pth file goes in the same way (`keras_cait.weights.load_state_dict`).
     A .weights.h5 file of keras_cait (`keras-cait convert`, `model.save_weights`) is loaded into
-    the CaiT it was saved from (`keras_cait.weights.load_weights_file`) and copied layer by layer:
+    the CaiT it was saved from (`keras_cait.models.load_classifier`) and copied layer by layer:
     the backbone's layers have the same names.
     """
     integer = [weight.path for weight in backbone.weights if "int" in weight.dtype]
@@ -105,9 +99,7 @@ def load_weights(backbone, preset, weights="imagenet", head=None):
     if weights == "imagenet":
         load_imagenet_weights(backbone, preset, head=head)
     elif weights.endswith(".weights.h5"):
-        config = backbone_config(preset)
-        source = build_cait(input_shape=config.pop("image_shape"), **config)
-        load_weights_file(source, weights)  # the file's checks (shapes, NaN) and its grid
+        source = load_classifier(preset, weights=weights)  # the file's checks (shapes, NaN) and its grid
         for layer in backbone.layers:
             if layer.weights:
                 layer.set_weights(source.get_layer(layer.name).get_weights())

@@ -4,15 +4,19 @@
                    images and carries its class names) and the dtype rule of mixed precision
     variants       `VARIANTS` (the paper's Table 3), `cait(name)` and the `CaiT_*` constructors
     surgery        `with_new_head`, `set_backbone_trainable`, `at_resolution`, `with_dtype_policy`,
-                   `merge_lora`: a model in, a model out, nothing trained
+                   `with_drop_path_rate`, `merge_lora`: a model in, a model out, nothing trained
+    loader         `load_classifier`: a name, a .keras file or a model as a CaiT classifier, the one
+                   door every caller (commands, runs, keras-hub presets) goes through
 
 Example:
-    from keras_cait.models import cait, with_new_head
+    from keras_cait.models import load_classifier, with_new_head
 
-    model = with_new_head(cait("XXS24", include_top=False, pooling="token"), classes=5)
+    model = load_classifier("XXS24", classes=5)  # ImageNet's XXS24 with a new 5-class head
+    model = with_new_head(load_classifier("best.keras"), classes=3)
 """
 
 from keras_cait.models.architecture import (
+    HEAD_NAME,
     CaiTModel,
     ClassAttentionBlock,
     SelfAttentionBlock,
@@ -24,18 +28,21 @@ from keras_cait.models.architecture import (
     layer_dtype,
     with_class_names,
 )
+from keras_cait.models.loader import image_side, is_cait, load_classifier, read_keras_file
 from keras_cait.models.surgery import (
-    HEAD_NAME,
     at_resolution,
     merge_lora,
+    pooled_features,
     set_backbone_trainable,
     with_dtype_policy,
+    with_drop_path_rate,
     with_new_head,
 )
 from keras_cait.models.variants import (
     CONSTRUCTORS,
     VARIANTS,
     cait,
+    checked_weights,
     default_image_size,
     parse_model_name,
     released_checkpoints,
@@ -51,17 +58,24 @@ __all__ = [
     "at_resolution",
     "build_cait",
     "cait",
+    "checked_weights",
     "class_count",
     "class_names_of",
     "default_image_size",
     "float32_if_mixed",
     "has_dtype_policy",
+    "image_side",
+    "is_cait",
     "layer_dtype",
+    "load_classifier",
     "merge_lora",
     "parse_model_name",
+    "pooled_features",
+    "read_keras_file",
     "released_checkpoints",
     "set_backbone_trainable",
     "with_class_names",
     "with_dtype_policy",
+    "with_drop_path_rate",
     "with_new_head",
 ]

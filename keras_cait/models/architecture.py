@@ -9,10 +9,13 @@ Transformers", ICCV 2021 (arXiv 2103.17239).
            ─ LayerNorm ─ linear head on the class token
 """
 
+import numbers
+
 import keras
 import numpy as np
 from keras import ops
 
+from keras_cait.errors import ArgumentError, Named
 from keras_cait.layers import (
     ClassAttention,
     ClassToken,
@@ -27,6 +30,7 @@ from keras_cait.preprocessing import IMAGENET_MEAN, IMAGENET_STD, imagenet_class
 
 LAYER_NORM_EPSILON = 1e-6
 POOLING_MODES = (None, "token", "avg")
+HEAD_NAME = "predictions"
 
 
 def is_mixed(policy):
@@ -329,6 +333,22 @@ def check_input_shape(input_shape, patch_size):
         )
 
 
+def checked_image_size(image_size, patch_size=16, argument="image_size"):
+    """`image_size` (the side of square images) as an int, after checking that it is a positive
+    integer multiple of `patch_size`; else an `ArgumentError` naming `argument` and a size that is."""
+    if isinstance(image_size, bool) or not isinstance(image_size, numbers.Integral) or image_size <= 0:
+        kind = "" if isinstance(image_size, numbers.Integral) and not isinstance(image_size, bool) else \
+            f", an int, not {type(image_size).__name__}"
+        raise ArgumentError(argument, image_size, f"must be a positive integer multiple of the patch size {patch_size}"
+                            f"{kind}", ["e.g. ", Named(argument, 224 if 224 % patch_size == 0 else patch_size * 14)],
+                            usage=True)
+    if image_size % patch_size:
+        nearest = max(1, round(image_size / patch_size)) * patch_size
+        raise ArgumentError(argument, image_size, f"must be a multiple of the patch size {patch_size}",
+                            ["e.g. ", Named(argument, nearest)], usage=True)
+    return int(image_size)
+
+
 def check_images(images, input_shape, model_name):
     """Raises a ValueError unless `images` fit `input_shape` `(batch, H, W, C)`; TypeError for text.
 
@@ -558,6 +578,15 @@ def with_class_names(model, class_names):
     return model
 
 
+def classifier_head(classes, activation, dtype):
+    """The linear head of a CaiT classifier, `predictions`: `classes` outputs, weights from a
+    truncated N(0, 0.02²) and zero bias, as timm and DeiT initialise theirs (a new head of a
+    fine-tuning too). `dtype`: its policy, float32 under a mixed one (`layer_dtype`). `build_cait`,
+    `with_new_head` and keras-hub's `CaiTImageClassifier` make their heads here."""
+    return keras.layers.Dense(classes, activation=activation, kernel_initializer=linear_kernel(), name=HEAD_NAME,
+                              dtype=dtype)
+
+
 def build_cait(
     *,
     embed_dim,
@@ -662,12 +691,7 @@ def build_cait(
             features = pool(features[:, 1:])
 
     if include_top:
-        outputs = keras.layers.Dense(
-            classes,
-            activation=classifier_activation,
-            kernel_initializer=linear_kernel(),
-            **layer("predictions"),
-        )(features)
+        outputs = classifier_head(classes, classifier_activation, layer_dtype(HEAD_NAME, dtype))(features)
     else:
         outputs = features
 

@@ -8,13 +8,29 @@ import tempfile
 
 import keras
 
+from keras_cait.errors import ArgumentError, Named
 from keras_cait.layers import PatchEmbedding, PositionEmbedding
-from keras_cait.layers.initializers import linear_kernel
 from keras_cait.layers.position_embedding import resize_position_embedding
-from keras_cait.models.architecture import CaiTModel, has_dtype_policy, layer_dtype, with_class_names
+from keras_cait.models.architecture import (
+    HEAD_NAME, CaiTModel, SelfAttentionBlock, checked_image_size, classifier_head, has_dtype_policy, layer_dtype,
+    with_class_names,
+)
 
-HEAD_NAME = "predictions"
-_FEATURE_LAYERS = ("token_pool", "avg_pool")
+FEATURE_LAYERS = ("token_pool", "avg_pool")
+
+
+def pooled_features(model, argument="model"):
+    """The layer whose output a CaiT's head reads: `token_pool` (the class token) or `avg_pool`
+    (the patch mean). A model without either (no head and `pooling=None`, or not a CaiT) is an
+    `ArgumentError` naming `argument`."""
+    for name in FEATURE_LAYERS:
+        if name in [layer.name for layer in model.layers]:
+            return model.get_layer(name)
+    raise ArgumentError(
+        argument, model, f"{model.name!r} has no pooled features (a {FEATURE_LAYERS[0]!r} or {FEATURE_LAYERS[1]!r} layer)",
+        ["build it with ", Named("include_top", True), ", or with ", Named("include_top", False), " and ",
+         Named("pooling", "token"), " or ", Named("pooling", "avg")], shown=f"<model {model.name!r}>",
+    )
 
 
 def with_new_head(model, classes, classifier_activation="softmax", name=None, class_names=None):
@@ -22,8 +38,9 @@ def with_new_head(model, classes, classifier_activation="softmax", name=None, cl
 
     `model` is a CaiT with or without its head (`include_top=False` with
     `pooling="token"` or `"avg"`); its layers are shared, not copied. The new
-    Dense head `predictions` is float32 under mixed precision and initialised
-    like the original one (N(0, 0.02²) weights, zero bias, as DeiT's fine-tuning).
+    head `predictions` (`keras_cait.models.architecture.classifier_head`) is initialised
+    like the original one (N(0, 0.02²) weights, zero bias, as DeiT's fine-tuning) and has the
+    dtype policy of the features it reads: float32 under mixed precision, whatever the global policy.
     `class_names` (one per class, in index order) are kept in the model and in
     the `.keras` files it is saved to.
 
@@ -31,29 +48,12 @@ def with_new_head(model, classes, classifier_activation="softmax", name=None, cl
         >>> backbone = keras_cait.CaiT_XXS24(include_top=False, pooling="token")
         >>> model = with_new_head(backbone, classes=5)
     """
-    if classes < 1:
-        raise ValueError(f"classes={classes}: must be a positive number of classes.")
-    features = None
-    for layer_name in _FEATURE_LAYERS:
-        try:
-            features = model.get_layer(layer_name).output
-            break
-        except ValueError:
-            continue
-    if features is None:
-        raise ValueError(
-            f"Model '{model.name}' has no pooled features (a '{_FEATURE_LAYERS[0]}' or "
-            f"'{_FEATURE_LAYERS[1]}' layer); build it with include_top=True or with "
-            "include_top=False and pooling='token' or 'avg'."
-        )
-    head = keras.layers.Dense(
-        classes,
-        activation=classifier_activation,
-        kernel_initializer=linear_kernel(),
-        name=HEAD_NAME,
-        dtype=layer_dtype(HEAD_NAME, keras.config.dtype_policy()),
-    )
-    return with_class_names(CaiTModel(model.inputs, head(features), name=name or model.name), class_names)
+    if isinstance(classes, bool) or not isinstance(classes, numbers.Integral) or classes < 1:
+        raise ArgumentError("classes", classes, "must be a positive integer, the number of classes", "e.g. 10",
+                            usage=True)
+    features = pooled_features(model)
+    head = classifier_head(int(classes), classifier_activation, features.dtype_policy)
+    return with_class_names(CaiTModel(model.inputs, head(features.output), name=name or model.name), class_names)
 
 
 def set_backbone_trainable(model, trainable):
@@ -80,21 +80,12 @@ def at_resolution(model, image_size):
     patch_size = next(
         layer.patch_size for layer in model.layers if isinstance(layer, PatchEmbedding)
     )
-    if isinstance(image_size, bool) or not isinstance(image_size, numbers.Integral) or image_size <= 0:
-        raise ValueError(
-            f"image_size={image_size!r}: must be a positive integer multiple of the patch size "
-            f"{patch_size}, e.g. 384."
-        )
+    image_size = checked_image_size(image_size, patch_size)
     if any(weight.path.endswith("/lora_kernel_a") for weight in model.weights):  # enable_lora's
         raise ValueError(
             f"at_resolution({model.name!r}, {image_size}): the model has LoRA weights, which are "
             "not carried over. Merge them first: at_resolution(merge_lora(model), "
             f"{image_size}), then enable_lora on the result if training goes on."
-        )
-    if image_size % patch_size:
-        raise ValueError(
-            f"image_size={image_size}: must be a multiple of the patch size {patch_size}, "
-            f"e.g. {max(1, round(image_size / patch_size)) * patch_size}."
         )
     grid = image_size // patch_size
     positions = {layer.name for layer in model.layers if isinstance(layer, PositionEmbedding)}
@@ -133,6 +124,21 @@ def with_dtype_policy(model, policy):
     if has_dtype_policy(model, policy):
         return model
     return _rebuilt(model, repolicy)
+
+
+def with_drop_path_rate(model, rate):
+    """The same CaiT with stochastic depth `rate` in its self-attention blocks (as `build_cait`'s
+    `drop_path_rate` puts it there), with the weights of `model`; `model` itself where it has it."""
+    blocks = [layer for layer in model.layers if isinstance(layer, SelfAttentionBlock)]
+    if all(block.drop_path_rate == rate for block in blocks):
+        return model
+    names = {block.name for block in blocks}
+
+    def set_rate(layer_config):
+        if layer_config["config"].get("name") in names:
+            layer_config["config"]["drop_path_rate"] = float(rate)
+
+    return _rebuilt(model, set_rate)
 
 
 def merge_lora(model):

@@ -13,8 +13,9 @@ import logging
 import os
 import re
 
+from keras_cait.errors import ArgumentError, Named
 from keras_cait.models.architecture import build_cait, channels_last_shape, image_shape
-from keras_cait.weights import CHECKPOINTS, load_imagenet_weights, load_weights_file
+from keras_cait.weights import CHECKPOINTS, WEIGHT_FILES, load_imagenet_weights, load_weights_file
 
 #                  width          depth      heads         LayerScale init
 VARIANTS = {
@@ -31,7 +32,11 @@ VARIANTS = {
 }
 
 
-def parse_model_name(name):
+# The classes of every released checkpoint's head: ImageNet-1k's.
+IMAGENET_CLASSES = 1000
+
+
+def parse_model_name(name, argument="model"):
     """One naming everywhere: 'cait_xxs24_224', 'cait_xxs24' and 'XXS24' (any case) name XXS24.
 
     Returns:
@@ -39,7 +44,7 @@ def parse_model_name(name):
         name gives no resolution.
 
     Raises:
-        ValueError naming the valid names.
+        `ArgumentError` (a ValueError) naming `argument` and the valid names.
     """
     parts = str(name).strip().lower().removeprefix("cait_").split("_")
     variant = parts[0].upper()
@@ -47,9 +52,10 @@ def parse_model_name(name):
         return variant, None
     if variant in VARIANTS and len(parts) == 2 and parts[1].isdigit() and int(parts[1]) > 0:
         return variant, int(parts[1])
-    raise ValueError(
-        f"Unknown CaiT model {name!r}; use a variant ({', '.join(VARIANTS)}), cait_<variant> or "
-        f"cait_<variant>_<resolution>, in any case, e.g. XXS24, cait_xxs24 or cait_xxs24_224."
+    raise ArgumentError(
+        argument, name, "unknown CaiT model",
+        f"use a variant ({', '.join(VARIANTS)}), cait_<variant> or cait_<variant>_<resolution>, in any "
+        "case, e.g. XXS24, cait_xxs24 or cait_xxs24_224", usage=True,
     )
 
 
@@ -60,7 +66,35 @@ def released_checkpoints(variant):
     return tuple(arch for arch in CHECKPOINTS if arch.startswith(prefix))
 
 
-WEIGHTS_ALLOWED = "'imagenet', None, or the path of a .safetensors, .pth or .weights.h5 file"
+def weights_allowed():
+    """What `weights=` takes, as an error's `allowed` (its arguments `Named`, for each caller's spelling)."""
+    return ["give ", Named("weights", "imagenet"), ", ", Named("weights", None), " or the path of a ",
+            f"{', '.join(WEIGHT_FILES[:-1])} or {WEIGHT_FILES[-1]} file"]
+
+
+def checked_weights(weights):
+    """`weights` as one value, the same for every caller: "imagenet"; None (also "none" in any
+    case, as the command line writes it); or the path (str) of an existing file whose name ends in
+    one of `keras_cait.weights.WEIGHT_FILES`. Anything else is an `ArgumentError` naming `weights`."""
+    if isinstance(weights, os.PathLike):
+        weights = os.fsdecode(weights)
+    if weights is None or (isinstance(weights, str) and weights.strip().lower() == "none"):
+        return None
+    if weights == "imagenet":
+        return weights
+    if isinstance(weights, (bytes, bytearray)):
+        raise ArgumentError("weights", weights, f"{len(weights)} bytes of {type(weights).__name__}, not a name or path",
+                            [*weights_allowed(), "; for a checkpoint in memory, write it to a file and pass its path"],
+                            usage=True, shown=f"{repr(weights)[:40]}...")
+    if not isinstance(weights, str):
+        raise ArgumentError("weights", weights, f"a {type(weights).__name__}, not a name or path", weights_allowed(),
+                            usage=True)
+    if not weights.endswith(WEIGHT_FILES):
+        raise ArgumentError("weights", weights, "unknown weights name", weights_allowed(), usage=True)
+    if not os.path.isfile(weights):
+        raise ArgumentError("weights", weights, "is a folder" if os.path.isdir(weights) else "no such file",
+                            weights_allowed())
+    return weights
 
 logger = logging.getLogger(__name__)
 
@@ -83,9 +117,9 @@ def select_checkpoint(variant, height, width):
     checkpoints = released_checkpoints(variant)
     if not checkpoints:
         released = ", ".join(name for name in VARIANTS if released_checkpoints(name))
-        raise ValueError(
-            f"CaiT_{variant} has no released ImageNet checkpoint; variants with one: "
-            f"{released}. Use weights=None to train it, or a path to your own weights."
+        raise ArgumentError(
+            "weights", "imagenet", f"CaiT_{variant} has no released ImageNet checkpoint; variants with one: {released}",
+            ["use ", Named("weights", None), " to train it, or the path of your own weights"], usage=True,
         )
 
     def distance(arch):
@@ -113,14 +147,16 @@ def cait(
     include_preprocessing=True,
     drop_path_rate=0.0,
     name=None,
+    dtype=None,
 ):
     """Builds a CaiT by name; see the constructors (e.g. `CaiT_S24`) for the arguments.
 
     `variant` is any name `parse_model_name` takes: "S24", "cait_s24" or
-    "cait_s24_384" (whose resolution is the default input size).
+    "cait_s24_384" (whose resolution is the default input size). `keras_cait.models.load_classifier`
+    takes a name too, and a `.keras` file or a model, with `image_size` for `input_shape`.
     """
-    side = default_image_size(variant)
-    variant, _ = parse_model_name(variant)
+    variant, resolution = parse_model_name(variant, argument="variant")
+    side = default_image_size(f"{variant}_{resolution}" if resolution else variant)
     config = VARIANTS[variant]
     if input_shape is None:
         if input_tensor is not None:
@@ -131,32 +167,19 @@ def cait(
     # build_cait names a shape of another rank; these serve the checks before it.
     height, width, channels = channels_last_shape(input_shape) if len(input_shape) == 3 else (None,) * 3
 
-    if isinstance(weights, (bytes, bytearray)):
-        raise TypeError(
-            f"weights={repr(weights)[:40]}... is {type(weights).__name__}: must be "
-            f"{WEIGHTS_ALLOWED}. For a checkpoint in memory, write it to a file and pass its path."
-        )
-    if not (weights in ("imagenet", None) or isinstance(weights, str) or hasattr(weights, "__fspath__")):
-        raise ValueError(f"weights={weights!r}: must be {WEIGHTS_ALLOWED}.")
-    if hasattr(weights, "__fspath__"):
-        weights = os.fsdecode(weights)
+    weights = checked_weights(weights)
     pretrained = weights is not None
-    if isinstance(weights, str) and weights != "imagenet" and not weights.endswith(
-        (".safetensors", ".pth", ".pt", ".weights.h5")
-    ):
-        raise ValueError(f"weights={weights!r}: unknown weights name; must be {WEIGHTS_ALLOWED}.")
-    if pretrained and weights != "imagenet" and not os.path.isfile(weights):
-        raise FileNotFoundError(f"weights={weights!r}: no such file; must be {WEIGHTS_ALLOWED}.")
     if pretrained and len(input_shape) == 3 and channels != 3:
-        raise ValueError(
-            f"input_shape {input_shape}: pretrained weights need 3 channels (RGB), e.g. "
-            f"{image_shape(height, width)}; for {channels} channels use "
-            "weights=None, include_preprocessing=False."
+        raise ArgumentError(
+            "input_shape", input_shape, f"pretrained weights need 3 channels (RGB), e.g. {image_shape(height, width)}",
+            [f"for {channels} channels use ", Named("weights", None), ", ", Named("include_preprocessing", False)],
+            usage=True,
         )
-    if weights == "imagenet" and include_top and classes != 1000:
-        raise ValueError(
-            f"classes={classes}: the ImageNet head has 1000 classes. For {classes} classes use "
-            "include_top=False and add your own head, or weights=None."
+    if weights == "imagenet" and include_top and classes != IMAGENET_CLASSES:
+        raise ArgumentError(
+            "classes", classes, f"the ImageNet head has {IMAGENET_CLASSES} classes",
+            [f"for {classes} classes use ", Named("include_top", False), " and add your own head "
+             "(keras_cait.models.with_new_head), or ", Named("weights", None)], usage=True,
         )
 
     arch = None
@@ -173,6 +196,7 @@ def cait(
         include_preprocessing=include_preprocessing,
         drop_path_rate=drop_path_rate,
         name=name or f"cait_{variant.lower()}",
+        dtype=dtype,
     )
     if arch is not None:
         load_imagenet_weights(model, arch)
@@ -196,7 +220,7 @@ BASE_DOCSTRING = """Instantiates CaiT-{variant} ("Going deeper with Image Transf
         include_top: whether to include the 1000-way (or `classes`-way) head.
         weights: "imagenet" (downloaded once, verified, cached under
             ~/.keras/models/keras_cait), None (random), or a path to a timm/DeiT
-            `.safetensors` / `.pth` checkpoint or a Keras `.weights.h5` file.
+            `.safetensors` / `.pth` / `.pt` checkpoint or a Keras `.weights.h5` file.
             "imagenet" takes the checkpoint at `input_shape`, or the nearest one
             with its position embedding resized bicubically.
         input_tensor: optional Keras tensor to use as the image input.
@@ -211,6 +235,8 @@ BASE_DOCSTRING = """Instantiates CaiT-{variant} ("Going deeper with Image Transf
             and std inside the model.
         drop_path_rate: stochastic-depth rate, the same for every block.
         name: model name.
+        dtype: the layers' dtype policy, e.g. "mixed_bfloat16" (the residual stream,
+            norms and head stay float32 under a mixed policy); None takes the global one.
 
     Returns:
         A functional `keras.Model`.
@@ -234,12 +260,14 @@ def _constructor(variant):
         include_preprocessing=True,
         drop_path_rate=0.0,
         name=None,
+        dtype=None,
     ):
         return cait(
             variant, include_top=include_top, weights=weights, input_tensor=input_tensor,
             input_shape=input_shape, pooling=pooling, classes=classes,
             classifier_activation=classifier_activation,
             include_preprocessing=include_preprocessing, drop_path_rate=drop_path_rate, name=name,
+            dtype=dtype,
         )
 
     constructor.__name__ = constructor.__qualname__ = f"CaiT_{variant}"

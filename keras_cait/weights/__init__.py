@@ -12,8 +12,14 @@ from keras_cait.weights.convert import (
 from keras_cait.weights.download import DownloadError, cache_dir, cached_checkpoint, size_bound, with_imagenet_checkpoint
 from keras_cait.weights.registry import CHECKPOINTS
 
+# The files a `weights=` argument takes, everywhere (`keras_cait.models.checked_weights`): a timm or
+# DeiT checkpoint (.safetensors; .pth and .pt, PyTorch's files, read with torch.load(weights_only=True))
+# or keras_cait's own Keras weights (`keras-cait convert`, `model.save_weights`).
+WEIGHT_FILES = (".safetensors", ".pth", ".pt", ".weights.h5")
+
 __all__ = [
     "CHECKPOINTS",
+    "WEIGHT_FILES",
     "DownloadError",
     "cache_dir",
     "cached_checkpoint",
@@ -82,7 +88,7 @@ def _nonfinite_keras_weights(model, path):
 
 
 def load_weights_file(model, path, allow_nonfinite=False, source_grid=None):
-    """Loads a .safetensors / .pth (timm or DeiT names) or .weights.h5 file into `model`.
+    """Loads a .safetensors / .pth / .pt (timm or DeiT names) or .weights.h5 file into `model`.
 
     A file holding NaN or inf is refused, naming the tensors, unless `allow_nonfinite`.
     `source_grid`: the `(rows, cols)` patch grid of a timm/DeiT checkpoint's

@@ -98,7 +98,7 @@ def test_unknown_model_is_a_clear_error(command, name, tmp_path):
         main(arguments)
 
     message = str(error.value)
-    assert f"Unknown CaiT model {name!r}" in message
+    assert "--model" in message and name in message and "unknown CaiT model" in message
     assert ", ".join(keras_cait.VARIANTS) in message  # every variant, in the table's order
     assert "e.g. XXS24, cait_xxs24 or cait_xxs24_224" in message
     assert not os.path.exists(tmp_path / "o")
@@ -118,7 +118,7 @@ def test_every_command_takes_every_form_of_a_model_name(command, name, tmp_path)
     with pytest.raises((SystemExit, FileNotFoundError)) as error:
         main(arguments)
 
-    assert "missing" in str(error.value) and "Unknown CaiT model" not in str(error.value)
+    assert "missing" in str(error.value) and "unknown CaiT model" not in str(error.value)
 
 
 class _Built(Exception):
@@ -262,7 +262,7 @@ def test_a_keras_file_without_class_scores_is_refused_by_predict_and_export(tiny
     for arguments in (["predict", image], ["export", str(tmp_path / "serving" / "1")]):
         with pytest.raises(SystemExit):
             main([*arguments, "--model", path])
-        assert f"--model {path!r}: cait outputs (None, 5, 64), not class scores (batch, classes)" in capsys.readouterr().err
+        assert f"--model {path}: outputs (None, 5, 64), not class scores (batch, classes)" in capsys.readouterr().err
     assert not (tmp_path / "serving").exists()
 
 

@@ -57,7 +57,7 @@ ROWS = {
     "predict/not-an-image": row("predict {garbage}.jpg", FAILURE, "{garbage}.jpg"),
     "predict/top-0": row("predict {image} --top 0", USAGE, "--top 0", "between 1 and 1000"),
     "predict/top-1001": row("predict {image} --top 1001", USAGE, "--top 1001"),
-    "predict/unknown-model": row("predict {image} --model cait_zz99", USAGE, "'cait_zz99'", "cait_xxs24_224"),
+    "predict/unknown-model": row("predict {image} --model cait_zz99", USAGE, "--model cait_zz99", "cait_xxs24_224"),
     "predict/no-image": row("predict", USAGE, "IMAGE", "keras-cait predict --help"),
     "predict/unknown-flag": row("predict {image} --topp 3", USAGE, "--topp", "keras-cait predict --help"),
     "predict/missing-weights": row("predict {image} --model cait_xxs24_224 --weights {tmp}/missing.safetensors",
@@ -65,8 +65,12 @@ ROWS = {
     "predict/weights-not-a-checkpoint": row(
         "predict {image} --model cait_xxs24_224 --weights {garbage}.safetensors", FAILURE,
         "--weights {garbage}.safetensors", reads="model"),
-    "predict/keras-model-not-of-images": row("predict {image} --model {dense}", FAILURE, "--model '{dense}'",
+    "predict/keras-model-not-of-images": row("predict {image} --model {dense}", FAILURE, "--model {dense}",
                                              "(None, 8)", "not images", reads="model"),
+    "predict/keras-model-not-a-cait": row("predict {image} --model {notcait}", FAILURE, "--model {notcait}",
+                                          "not a CaiT", "variant name", reads="model"),
+    "export/keras-model-not-a-cait": row("export {tmp}/serving/1 --model {notcait}", FAILURE, "--model {notcait}",
+                                         "not a CaiT", reads="model"),
     "predict/offline-imagenet-weights": row("predict {image} --model cait_xxs24_224", FAILURE,
                                             "--weights /path/to/model.safetensors", "--weights none",
                                             reads="model"),
@@ -132,7 +136,7 @@ ROWS = {
     "attention/keras-model-not-a-model": row("attention {image} --out {tmp}/maps.png --model "
                                              "{garbage}.keras", FAILURE, "{garbage}.keras", reads="model"),
     "attention/keras-model-not-a-cait": row("attention {image} --out {tmp}/maps.png --model {notcait}", FAILURE,
-                                            "--model {notcait}", "no ClassAttentionBlock", reads="model"),
+                                            "--model {notcait}", "not a CaiT", reads="model"),
     "attention/unknown-model": row("attention {image} --out {tmp}/maps.png --model cait_zz99", USAGE,
                                    "cait_zz99"),
     # --- demo ---
@@ -322,7 +326,7 @@ def guards(monkeypatch):
             return refused
 
         if "model" not in reads:
-            for module, name in ((keras_cait.models.variants, "cait"), (run, "cait"), (run, "build_cait"),
+            for module, name in ((keras_cait.models.variants, "build_cait"), (run, "cait"), (run, "build_cait"),
                                  (keras.models, "load_model")):
                 monkeypatch.setattr(module, name, refuse(f"built or loaded a model ({name})"))
         if "data" not in reads:
@@ -612,7 +616,7 @@ def test_an_error_while_exporting_names_the_version_folder_not_the_hidden_one(ki
             raise PermissionError(13, "Permission denied", hidden)
         raise tf.errors.PermissionDeniedError(None, None, f"{hidden}; Permission denied")
 
-    monkeypatch.setattr(commands, "_build", lambda *args: build_cait(**TINY_CAIT, input_shape=(32, 32, 3)))
+    monkeypatch.setattr(commands, "_loaded", lambda *args, **kwargs: build_cait(**TINY_CAIT, input_shape=(32, 32, 3)))
     monkeypatch.setattr(exporters, "export_saved_model", export_saved_model)
     status, err = run_row(["export", version, "--weights", "none"], capfd)
     assert status == FAILURE and err.count("\n") == 1

@@ -150,7 +150,7 @@ def test_each_output_goes_to_its_exporter(output, exporter, options, tmp_path, m
     from tests.conftest import TINY_CAIT
 
     model = build_cait(**TINY_CAIT, input_shape=(32, 32, 3))
-    monkeypatch.setattr(commands, "_build", lambda *args: model)
+    monkeypatch.setattr(commands, "_loaded", lambda *args, **kwargs: model)
     called = []
     for row in formats.FORMATS:
         monkeypatch.setattr(exporters, row.exporter,

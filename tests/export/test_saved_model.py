@@ -313,10 +313,10 @@ def test_overwrite_replaces_the_version(tmp_path, images):
 
 
 def test_cli_export_checks_the_destination_before_building_a_model(tmp_path, monkeypatch):
-    def build(*args):
+    def build(*args, **kwargs):
         raise AssertionError("a model was built for a destination that cannot be written")
 
-    monkeypatch.setattr(commands, "_build", build)
+    monkeypatch.setattr(commands, "_loaded", build)
     (tmp_path / "1").mkdir()
     with pytest.raises(SystemExit, match="keras-cait export: Version folder .* exists"):
         commands.main(["export", str(tmp_path / "1"), "--weights", "none"])

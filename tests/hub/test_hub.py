@@ -260,8 +260,8 @@ def test_weights_where_no_file_is_read_are_refused_in_one_line(hf, hub, keras_ca
     for preset, options, message in [
         ("cait_xxs24_224", dict(weights=str(tmp_path / "missing.safetensors")), r"weights='.*missing.safetensors': "
                                                                                 r"no such file"),
-        ("cait_xxs24_224", dict(weights="weights.bin"), r"weights='weights.bin': .*\.safetensors, \.pth or "
-                                                        r"\.weights\.h5"),
+        ("cait_xxs24_224", dict(weights="weights.bin"), r"weights='weights.bin': .*\.safetensors, \.pth, \.pt "
+                                                        r"or \.weights\.h5"),
         ("cait_xxs24_224", dict(weights=str(tmp_path), load_weights=False), r"load_weights=False"),
         (str(folder), dict(weights="model.safetensors"), r"released CaiT presets"),
     ]:

@@ -268,9 +268,11 @@ def test_an_unknown_model_name_lists_the_valid_ones(name):
     from keras_cait.models.variants import cait, parse_model_name
 
     every_variant = re.escape(", ".join(keras_cait.VARIANTS))
-    for call in (parse_model_name, lambda n: cait(n, weights=None)):
-        with pytest.raises(ValueError, match=rf"Unknown CaiT model .*\({every_variant}\).*cait_xxs24_224"):
+    for call, argument in ((parse_model_name, "model"), (lambda n: cait(n, weights=None), "variant")):
+        with pytest.raises(ValueError, match=rf"^{argument}={re.escape(repr(name))}: unknown CaiT model; use a "
+                                             rf"variant \({every_variant}\).*cait_xxs24_224$") as refused:
             call(name)
+        assert (refused.value.argument, refused.value.value, refused.value.usage) == (argument, name, True)
 
 
 @pytest.mark.large

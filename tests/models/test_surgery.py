@@ -29,7 +29,7 @@ def test_new_head_shares_the_backbone_and_is_float32_under_mixed_precision(tiny_
 
     replaced = with_new_head(tiny_cait(classes=1000), classes=3)  # a full classifier works too
     assert replaced.output_shape == (None, 3)
-    with pytest.raises(ValueError, match="pooling='token' or 'avg'"):
+    with pytest.raises(ValueError, match="pooling='token' or pooling='avg'"):
         with_new_head(tiny_cait(include_top=False), classes=3)
 
 
@@ -57,7 +57,7 @@ def test_a_higher_resolution_copy_resizes_the_position_embedding(tiny_cait):
             np.testing.assert_allclose(np.asarray(new), expected, rtol=1e-6)
         else:
             np.testing.assert_array_equal(np.asarray(new), np.asarray(old))
-    with pytest.raises(ValueError, match="multiple of the patch size 16, e.g. 48"):
+    with pytest.raises(ValueError, match="multiple of the patch size 16; e.g. image_size=48"):
         at_resolution(model, 50)
 
 

@@ -1,0 +1,218 @@
+"""One door to a CaiT classifier: what `model=X` means, answered once for every caller.
+
+`load_classifier(model, ...)` takes
+
+    a name        "S24", "cait_s24", "cait_s24_384" (any case; `parse_model_name`): the variant, built
+                  with `weights` ("imagenet", None or a file, `checked_weights`) at `image_size`,
+                  by default the side of the checkpoint the name loads (`default_image_size`)
+    a .keras file a CaiT saved with `model.save`, at its own side unless `image_size` is given
+    a keras.Model a CaiT built or loaded before
+
+and `dtype` applies to each: a name is built under it, a file or a model rebuilt under it
+(`with_dtype_policy`); the global dtype policy is left as the caller set it. The `keras-cait`
+commands, the training runs and keras-hub's presets load through it, so `.pt` checkpoints,
+`weights="none"` and a new head's initialiser are the same everywhere.
+
+A mistake is an `ArgumentError` (a ValueError) naming the argument as Python writes it, its
+value, what is wrong and what is allowed: `image_size=200: must be a multiple of the patch size
+16; e.g. image_size=208`.
+
+Example:
+    model = load_classifier("cait_xxs24_224")                    # ImageNet's 1000 classes
+    model = load_classifier("runs/flowers/best.keras", dtype="mixed_bfloat16")
+    model = load_classifier("XXS24", classes=5)                   # ImageNet backbone, a new 5-class head
+"""
+
+import numbers
+import os
+import zipfile
+
+import keras
+
+from keras_cait.errors import ArgumentError, Named
+from keras_cait.layers import PatchEmbedding
+from keras_cait.models.architecture import POOLING_MODES, CaiTModel, ClassAttentionBlock, checked_image_size, class_count
+from keras_cait.models.surgery import (
+    FEATURE_LAYERS, at_resolution, pooled_features, with_dtype_policy, with_drop_path_rate, with_new_head,
+)
+from keras_cait.models.variants import IMAGENET_CLASSES, cait, checked_weights, default_image_size, parse_model_name
+
+PATCH_SIZE = 16  # every variant's
+
+
+def load_classifier(model, *, weights="imagenet", image_size=None, include_top=True, pooling=None, classes=None,
+                    classifier_activation="softmax", dtype=None, drop_path_rate=None):
+    """A CaiT classifier (a `CaiTModel`) from a variant name, a `.keras` file or a Keras model.
+
+    Args:
+        model: a variant name ("S24", "cait_s24_384"), the path of a `.keras` file, or a CaiT
+            `keras.Model`.
+        weights: for a name: "imagenet" (the released checkpoint nearest `image_size`, its
+            position embedding resized where the size differs), None (random; "none" too), or
+            the path of a .safetensors / .pth / .pt checkpoint (timm's or DeiT's names) or a
+            .weights.h5 file. A file or a model holds its own weights: leave `weights` out.
+        image_size: the side of the square images it takes, a multiple of 16. Default: for a
+            name, the side of the checkpoint it loads (cait_s24_384: 384, S24: 224); for a file
+            or a model, its own. A file or a model at another side is rebuilt at this one
+            (`at_resolution`).
+        include_top: False for its pooled features without the head (`pooling`: "token", the
+            class token, or "avg", the patch mean; for a name with None, the token sequence
+            `(batch, 1 + patches, width)`).
+        pooling: None, "token" or "avg"; a file or a model has the pooling it was built with.
+        classes: the classes of the head. Default: the checkpoint's 1000 for a name, the
+            model's own for a file or a model. Another number puts a new head of that many
+            classes on the pooled features (`with_new_head`), e.g. to fine-tune.
+        classifier_activation: of the head of a name, or of a new head; None gives logits.
+        dtype: the dtype policy it computes in ("float32", "mixed_bfloat16", a
+            `keras.DTypePolicy`); None: the global policy for a name, its own for a file or a model.
+        drop_path_rate: the stochastic-depth rate of its self-attention blocks, for training;
+            None: 0 for a name, its own for a file or a model.
+
+    Returns:
+        A `CaiTModel`; a Keras model given at its size, policy and head is returned itself.
+
+    Raises:
+        `keras_cait.errors.ArgumentError` (a ValueError) naming the argument at fault; a
+        `ConnectionError` where the ImageNet checkpoint cannot be fetched.
+    """
+    if pooling not in POOLING_MODES:
+        raise ArgumentError("pooling", pooling, "unknown pooling", f"give one of {', '.join(map(repr, POOLING_MODES))}",
+                            usage=True)
+    if image_size is not None:
+        image_size = checked_image_size(image_size, PATCH_SIZE)
+    if classes is not None and (isinstance(classes, bool) or not isinstance(classes, numbers.Integral) or classes < 1):
+        raise ArgumentError("classes", classes, "must be a positive integer, the number of classes", "e.g. 10",
+                            usage=True)
+    dtype = checked_dtype(dtype)
+    if drop_path_rate is not None and (isinstance(drop_path_rate, bool) or not isinstance(drop_path_rate, numbers.Real)
+                                       or not 0 <= drop_path_rate < 1):
+        raise ArgumentError("drop_path_rate", drop_path_rate, "must be a number in [0, 1)", "e.g. 0.1", usage=True)
+    if classes is not None and not include_top:
+        raise ArgumentError("classes", classes, "applies to a head, and include_top=False leaves it out",
+                            ["leave ", Named("classes"), " out, or give ", Named("include_top", True)], usage=True)
+    if isinstance(model, keras.Model) or is_keras_file(model):
+        if weights != "imagenet":
+            shown = os.fspath(model) if is_keras_file(model) else f"the model {model.name!r}"
+            raise ArgumentError("weights", weights, f"applies to a variant name; {shown} holds its own weights",
+                                ["leave ", Named("weights"), " out"], usage=True)
+        loaded = model if isinstance(model, keras.Model) else read_keras_file(model)
+        return _adapted(loaded, model, image_size, include_top, pooling, classes, classifier_activation, dtype,
+                        drop_path_rate)
+    if not isinstance(model, str):
+        raise ArgumentError("model", model, f"not a name, a path or a model, but of type {type(model).__name__}",
+                            "give a variant name (e.g. 'S24', 'cait_s24_384'), the path of a .keras file or a "
+                            "keras.Model", usage=True)
+    variant, _ = parse_model_name(model)
+    weights = checked_weights(weights)
+    side = image_size or default_image_size(model)
+    new_head = include_top and weights == "imagenet" and classes not in (None, IMAGENET_CLASSES)
+    built = cait(
+        model, weights=weights, input_shape=(side, side, 3), include_top=include_top and not new_head,
+        pooling="token" if new_head and pooling is None else pooling,
+        classes=IMAGENET_CLASSES if classes is None else classes, classifier_activation=classifier_activation,
+        drop_path_rate=drop_path_rate or 0.0, dtype=dtype,
+    )
+    return with_new_head(built, classes, classifier_activation) if new_head else built
+
+
+def checked_dtype(dtype):
+    """`dtype` as a `keras.DTypePolicy` (None stays None), or an `ArgumentError` naming the policies."""
+    if dtype is None:
+        return None
+    try:
+        return keras.dtype_policies.get(dtype)
+    except (ValueError, TypeError) as error:
+        raise ArgumentError("dtype", dtype, "not a Keras dtype policy",
+                            "give float32, mixed_float16, mixed_bfloat16, bfloat16, float16 or a keras.DTypePolicy",
+                            usage=True) from error
+
+
+def is_keras_file(model):
+    """Whether `model` names a `.keras` file (a str or path ending in .keras)."""
+    return isinstance(model, (str, os.PathLike)) and os.fspath(model).endswith(".keras")
+
+
+def read_keras_file(path, argument="model"):
+    """The Keras model saved at `path` (`keras.models.load_model`, keras_cait's layers known), any
+    model, not only a CaiT (a distillation's teacher); a missing or unreadable file is an
+    `ArgumentError` naming `argument`."""
+    path = os.fspath(path)
+    allowed = "give a model saved with model.save('name.keras'), or a CaiT variant name"
+    if not os.path.isfile(path):
+        raise ArgumentError(argument, path, "is a folder" if os.path.isdir(path) else "no such file", allowed)
+    if not zipfile.is_zipfile(path):
+        raise ArgumentError(argument, path, "is not a .keras model (a .keras file is a zip archive)", allowed)
+    try:
+        return keras.models.load_model(path)
+    except (OSError, ValueError, TypeError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ArgumentError(argument, path, f"is not a readable .keras model: {first}", allowed) from error
+
+
+def is_cait(model):
+    """Whether `model` is a functional CaiT: a patch embedding and class-attention blocks among its layers."""
+    layers = getattr(model, "layers", ())
+    return any(isinstance(layer, PatchEmbedding) for layer in layers) and any(
+        isinstance(layer, ClassAttentionBlock) for layer in layers)
+
+
+def image_side(model, argument="model", value=None):
+    """The side of the square images `model` takes; an `ArgumentError` naming `argument` (its
+    `value`, default the model) for a model of other inputs or of oblong images."""
+    value = model if value is None else value
+    shown = None if isinstance(value, (str, os.PathLike)) else f"<model {model.name!r}>"
+    _check_takes_images(model, argument, value, shown)
+    height, width = model.input_shape[1:3]
+    if height != width:
+        raise ArgumentError(argument, value, f"takes {height}x{width} images, not square ones",
+                            ["give ", Named("image_size"), " for a square size to run it at"], shown=shown)
+    return height
+
+
+def _check_takes_images(model, argument, value, shown):
+    shape = model.input_shape
+    if not isinstance(shape, tuple) or len(shape) != 4:
+        raise ArgumentError(argument, value, f"takes inputs of shape {shape}, not images (batch, height, width, 3)",
+                            "give an image classifier: a CaiT saved as .keras, or a CaiT variant name", shown=shown)
+
+
+def _adapted(loaded, model, image_size, include_top, pooling, classes, activation, dtype, drop_path_rate):
+    """A loaded file's (or a given) model at `image_size`, under `dtype`, with the head asked for."""
+    shown = None if isinstance(model, (str, os.PathLike)) else f"<model {loaded.name!r}>"
+    value = os.fspath(model) if shown is None else model
+    _check_takes_images(loaded, "model", value, shown)
+    if not is_cait(loaded):
+        raise ArgumentError("model", value, f"holds {loaded.name!r}, not a CaiT (no patch embedding and "
+                            "class-attention blocks)", ["give a CaiT saved as .keras (e.g. best.keras of a finetune "
+                            "run) or a variant name, e.g. ", Named("model", "XXS24")], shown=shown)
+    adapted = loaded
+    if dtype is not None:
+        adapted = with_dtype_policy(adapted, dtype)
+    if drop_path_rate is not None:
+        adapted = with_drop_path_rate(adapted, drop_path_rate)
+    if image_size is not None and tuple(adapted.input_shape[1:3]) != (image_size, image_size):
+        adapted = at_resolution(adapted, image_size)
+    if not include_top:
+        return _features(adapted, pooling, value, shown)
+    own = class_count(adapted) if len(adapted.outputs[0].shape) == 2 else None
+    if classes is not None and classes != own:
+        return with_new_head(adapted, classes, activation, name=adapted.name)
+    if own is None:
+        raise ArgumentError("model", value, f"outputs {tuple(adapted.outputs[0].shape)}, not class scores "
+                            "(batch, classes)", ["give a classifier, or ", Named("include_top", False),
+                            " for its features"], shown=shown)
+    if pooling is not None and pooled_features(adapted).name != f"{pooling}_pool":
+        raise ArgumentError("pooling", pooling, f"the model's head reads its {pooled_features(adapted).name}",
+                            ["leave ", Named("pooling"), " out"], usage=True)
+    return adapted if isinstance(adapted, CaiTModel) else CaiTModel(adapted.inputs, adapted.outputs,
+                                                                    name=adapted.name)
+
+
+def _features(model, pooling, value, shown):
+    """`model` without its head: the output of its pooled features, `pooling` or whichever it has."""
+    features = pooled_features(model, argument="model")
+    if pooling is not None and features.name != f"{pooling}_pool":
+        raise ArgumentError("pooling", pooling, f"the model pools its features with {features.name} "
+                            f"({FEATURE_LAYERS[0]}: 'token', {FEATURE_LAYERS[1]}: 'avg')",
+                            ["leave ", Named("pooling"), " out"], usage=True)
+    return keras.Model(model.inputs, features.output, name=model.name)
