@@ -5,8 +5,8 @@ variants and their weights, preprocessing, attention maps and block features. Th
 recipe (`keras_cait.training`) and the exporters (`keras_cait.export_*`) are
 TensorFlow modules (tf.data, SavedModel) and load on first use.
 TensorFlow's start-up INFO lines are left out (see `keras_cait.io.stderr`). In the
-`keras-cait` command a Ctrl-C while they load is its one line (`keras_cait.startup_interrupt`),
-and TensorFlow runs oneDNN's CPU kernels on every x86 CPU (`keras_cait.startup_onednn`).
+`keras-cait` command a Ctrl-C while they load is its one line (`keras_cait.cli.startup.interrupt`),
+and TensorFlow runs oneDNN's CPU kernels on every x86 CPU (`keras_cait.cli.startup.onednn`).
 """
 
 import importlib
@@ -15,11 +15,11 @@ from keras_cait import deprecation
 
 deprecation.install()  # old paths of moved modules (keras_cait.model, ...) import with a DeprecationWarning
 
-from keras_cait.startup_interrupt import end_on_interrupt_while_starting  # noqa: E402
+from keras_cait.cli.startup.interrupt import end_on_interrupt_while_starting  # noqa: E402
 
 end_on_interrupt_while_starting()  # the keras-cait command only: Ctrl-C while Keras loads is its one line
 
-from keras_cait.startup_onednn import use_onednn_in_the_command  # noqa: E402
+from keras_cait.cli.startup.onednn import use_onednn_in_the_command  # noqa: E402
 
 use_onednn_in_the_command()  # the keras-cait command only, before TensorFlow loads: oneDNN's kernels
 

@@ -23,6 +23,8 @@ MOVED = {
     "keras_cait.decoder_messages": "keras_cait.images.decoder_messages",
     "keras_cait.atomic": "keras_cait.io.atomic",
     "keras_cait.startup_log": "keras_cait.io.stderr",
+    "keras_cait.startup_interrupt": "keras_cait.cli.startup.interrupt",
+    "keras_cait.startup_onednn": "keras_cait.cli.startup.onednn",
 }
 
 

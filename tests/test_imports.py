@@ -11,7 +11,10 @@ import pytest
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "keras_cait"
 REPOSITORY = str(PACKAGE.parent)
 TENSORFLOW_MODULES = ["keras_cait.training", "keras_cait.export", "keras_cait.images.evaluation_transform",
-                      "keras_cait.cli"]
+                      "keras_cait.cli.commands", "keras_cait.cli.runs", "keras_cait.cli.demo", "keras_cait.cli.errors"]
+# What `import keras_cait` loads of the command line: the start-up it runs before Keras, nothing else.
+COMMAND_STARTUP = {"keras_cait.cli", "keras_cait.cli.startup", "keras_cait.cli.startup.interrupt",
+                   "keras_cait.cli.startup.onednn"}
 
 
 def loaded_modules(code, backend):
@@ -31,6 +34,7 @@ def test_import_keras_cait_loads_only_inference():
     modules = loaded_modules("import keras_cait\nkeras_cait.CaiT_XXS24", "jax")
     assert "keras_cait.models.variants" in modules
     assert [name for name in modules if any(name == m or name.startswith(f"{m}.") for m in TENSORFLOW_MODULES)] == []
+    assert {name for name in modules if name.startswith("keras_cait.cli")} == COMMAND_STARTUP
     # On JAX nothing of keras_cait needs TensorFlow.
     assert "tensorflow" not in modules
     # keras-hub loads with keras_cait.hub only.

@@ -33,7 +33,7 @@ import shlex
 import sys
 import traceback
 
-from keras_cait.startup_interrupt import DEBUG_ENV, INTERRUPTED, command_begins, debug_requested
+from keras_cait.cli.startup.interrupt import DEBUG_ENV, INTERRUPTED, command_begins, debug_requested
 
 USAGE = 2
 FAILURE = 1
@@ -240,7 +240,7 @@ def reported(command, argv):
 
     `command` is None before a command is known (`keras-cait --bad-flag`). Ctrl-C before
     this (while Keras and TensorFlow load) ends `keras-cait` with the same line
-    (`keras_cait.startup_interrupt`); from here on it is a KeyboardInterrupt.
+    (`keras_cait.cli.startup.interrupt`); from here on it is a KeyboardInterrupt.
     """
     try:
         command_begins()
@@ -320,8 +320,8 @@ def weights_errors(weights, flag="--weights"):
 
     try:
         yield
-    except ConnectionError as error:
-        raise fail(f"{in_flags(error)} Or --weights none for random weights.") from error
+    except ConnectionError as error:  # the library's error ends with what works without it, --weights none too
+        raise fail(in_flags(error)) from error
     except OSError as error:
         where = _named(flag, weights, error)
         keras_home = os.path.dirname(os.path.dirname(cache_dir()))  # KERAS_HOME/models/keras_cait

@@ -1,9 +1,10 @@
-"""keras_cait.startup_interrupt: which process is the `keras-cait` command, and the line a Ctrl-C
+"""keras_cait.cli.startup.interrupt: which process is the `keras-cait` command, and the line a Ctrl-C
 while it starts ends it with (tests/cli/test_error_contract.py interrupts the real command)."""
 
 import pytest
 
-from keras_cait.startup_interrupt import INTERRUPTED, interrupted_line, is_the_command
+from keras_cait.cli.startup.interrupt import INTERRUPTED, interrupted_line, is_the_command
+from tests.test_imports import REPOSITORY
 
 
 @pytest.mark.parametrize("argv, orig_argv, command", [
@@ -54,7 +55,7 @@ def test_importing_keras_cait_elsewhere_leaves_ctrl_c_alone():
 SWALLOWED = """
 import gc, os, signal, sys, time
 sys.argv = ["/venv/bin/keras-cait", "finetune", "--data", "photos"]
-from keras_cait.startup_interrupt import end_on_interrupt_while_starting
+from keras_cait.cli.startup.interrupt import end_on_interrupt_while_starting
 end_on_interrupt_while_starting()
 
 def collector_callback(phase, info):  # as JAX's, which Python runs with its exceptions ignored
@@ -87,9 +88,8 @@ def test_a_ctrl_c_swallowed_while_starting_ends_the_command_when_it_begins():
     import subprocess
     import sys
 
-    repository = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     done = subprocess.run([sys.executable, "-c", SWALLOWED], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": repository, "KERAS_CAIT_DEBUG": ""})
+                          env={**os.environ, "PYTHONPATH": REPOSITORY, "KERAS_CAIT_DEBUG": ""})
     assert "still starting" in done.stdout  # the callback swallowed it
     assert "the command ran" not in done.stdout and done.returncode == 1, (done.stdout, done.stderr[-2000:])
     assert "ValueError: someone else's, printed" in done.stderr, done.stderr[-2000:]
@@ -100,7 +100,7 @@ def test_a_ctrl_c_swallowed_while_starting_ends_the_command_when_it_begins():
 IGNORED_WHILE_RUNNING = """
 import gc, os, signal, sys, time
 sys.argv = ["/venv/bin/keras-cait", "finetune", "--data", "photos"] + sys.argv[1:]
-from keras_cait.startup_interrupt import end_on_interrupt_while_starting
+from keras_cait.cli.startup.interrupt import end_on_interrupt_while_starting
 end_on_interrupt_while_starting()
 from keras_cait.cli.errors import reported
 
@@ -136,10 +136,9 @@ def test_a_ctrl_c_python_ignores_while_the_command_runs_still_ends_it(debug):
     import subprocess
     import sys
 
-    repository = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     done = subprocess.run([sys.executable, "-c", IGNORED_WHILE_RUNNING, *(["--debug"] if debug else [])],
                           capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": repository, "KERAS_CAIT_DEBUG": ""})
+                          env={**os.environ, "PYTHONPATH": REPOSITORY, "KERAS_CAIT_DEBUG": ""})
     assert "trained every epoch" not in done.stdout and done.returncode == 1, (done.stdout, done.stderr[-2000:])
     assert "ValueError: someone else's, printed" in done.stderr, done.stderr[-2000:]
     assert ("Exception ignored in: <function collector_callback" in done.stderr) is debug, done.stderr[-2000:]

@@ -1,4 +1,4 @@
-"""keras_cait.startup_onednn: oneDNN's CPU kernels in the `keras-cait` process, nowhere else.
+"""keras_cait.cli.startup.onednn: oneDNN's CPU kernels in the `keras-cait` process, nowhere else.
 
 What TensorFlow decided is read inside the real processes: a `sitecustomize` on PYTHONPATH
 registers an exit hook that prints whether TensorFlow's oneDNN ops are on, so the console
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from keras_cait.startup_onednn import VARIABLE, X86
+from keras_cait.cli.startup.onednn import VARIABLE, X86
 
 OBSERVER = """
 import atexit, sys
