@@ -25,6 +25,7 @@ MOVED = {
     "keras_cait.startup_log": "keras_cait.io.stderr",
     "keras_cait.startup_interrupt": "keras_cait.cli.startup.interrupt",
     "keras_cait.startup_onednn": "keras_cait.cli.startup.onednn",
+    "keras_cait.runtime_checks": "keras_cait.models.runtime_checks",
 }
 
 
