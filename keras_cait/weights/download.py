@@ -43,7 +43,6 @@ import keras
 from keras_cait.errors import Said
 from keras_cait.io import atomic
 from keras_cait.weights import hf_cache, registry
-from keras_cait.weights.hf_cache import LOCAL_FILE
 
 try:
     import fcntl
@@ -75,8 +74,7 @@ def cache_dir():
 
 
 def _advice(arch):
-    return ("Without network, fetch that file elsewhere and pass its path: ", LOCAL_FILE,
-            f" (or the official {registry.official_pth(arch)}).")
+    return hf_cache.instead_of_imagenet(arch, cache_dir())
 
 
 def _http_only(arch, url, via=None):
@@ -169,9 +167,8 @@ def _expected_digest(arch, url, headers):
     raise DownloadError(
         f"Cannot verify the ImageNet weights of {arch}: keras_cait pins no sha256 for them and "
         f"the server at {url} sent none (no X-Linked-Etag header on its first response, as "
-        f"huggingface.co sends). Nothing was downloaded or cached. Download that file yourself, "
-        "check it, and pass its path: ", LOCAL_FILE, f"; or point "
-        f"{registry.HUB_URL_ENV} at a server that sends the hash."
+        f"huggingface.co sends). Nothing was downloaded or cached. Point {registry.HUB_URL_ENV} at a "
+        "server that sends the hash, or download that file yourself and check it. ", *_advice(arch)
     )
 
 
@@ -241,7 +238,7 @@ def download(arch, destination, max_bytes=None):
         raise DownloadError(
             f"The server answered {error.code} {error.reason} for the ImageNet weights of {arch} "
             f"at {url}. If {registry.HUB_URL_ENV} is set, check that it points at a mirror of "
-            f"{registry.HUB_URL}; or pass a local file: ", LOCAL_FILE, "."
+            f"{registry.HUB_URL}. ", *_advice(arch)
         ) from error
     except (OSError, http.client.HTTPException) as error:  # timeouts, resets, cut-off bodies
         if isinstance(error, OSError) and error.filename == destination:
@@ -261,12 +258,12 @@ def download(arch, destination, max_bytes=None):
     if size is not None and received != size:
         raise DownloadError(
             f"Download of {url} is incomplete: {received} of {size} bytes. Nothing was cached; "
-            "try again."
+            "try again. ", *_advice(arch)
         )
     if sha256.hexdigest() != digest:
         raise DownloadError(
             f"Download of {url} is corrupted: its sha256 is {sha256.hexdigest()}, "
-            f"{digest_source} is {digest}. Nothing was cached; try again."
+            f"{digest_source} is {digest}. Nothing was cached; try again. ", *_advice(arch)
         )
     return url
 

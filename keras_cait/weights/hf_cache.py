@@ -42,6 +42,17 @@ from keras_cait.weights import registry
 LOCAL_FILE = Named("weights", "/path/to/model.safetensors")
 
 
+def instead_of_imagenet(arch, cache=None):
+    """The end of every error of getting `arch`'s ImageNet weights (no network, a broken mirror):
+    what works without them, random weights with the recipe that trains from them or a checkpoint
+    file of a kind `weights=` reads, and (given) the `cache` the downloads go to."""
+    cached = f"; downloaded weights are cached in {cache}" if cache else ""
+    return ("Without them, ", Named("weights", None), " trains from random weights (with "
+            "keras_cait.training.RECIPES['scratch'], the recipe that learns from them on a small folder), "
+            "or pass a checkpoint file: ", LOCAL_FILE, f" (timm's .safetensors, the official "
+            f"{registry.official_pth(arch)} or another .pth or .pt, or keras_cait's .weights.h5){cached}.")
+
+
 class CacheError(Said, OSError):
     """The weights in the Hugging Face cache cannot be used (corrupted, unverifiable)."""
 
@@ -239,8 +250,8 @@ def _not_cached(arch, cache, reason):
     return NotCached(
         f"The ImageNet weights of {arch} are not in the Hugging Face cache ({cache}) and "
         f"{reason}. Download them where there is network (timm.create_model('{arch}', "
-        f"pretrained=True) fills the same cache; HF_HUB_OFFLINE=1 then reads it with no network), "
-        "or pass the file's path: ", LOCAL_FILE, f" (or the official {registry.official_pth(arch)})."
+        f"pretrained=True) fills the same cache; HF_HUB_OFFLINE=1 then reads it with no network). ",
+        *instead_of_imagenet(arch)
     )
 
 
@@ -266,8 +277,8 @@ def checkpoint(huggingface_hub, arch):
     except errors.HfHubHTTPError as error:
         raise NotCached(
             f"The Hugging Face hub at {where} refused the ImageNet weights of {arch} ({error}). "
-            "If HF_ENDPOINT is set, check that it points at a mirror of https://huggingface.co; "
-            "or pass a local file: ", LOCAL_FILE, "."
+            "If HF_ENDPOINT is set, check that it points at a mirror of https://huggingface.co. ",
+            *instead_of_imagenet(arch)
         ) from error
     verify(huggingface_hub, arch, path)
     return path, f"Hugging Face cache file {path}"

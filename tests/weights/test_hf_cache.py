@@ -6,6 +6,7 @@ the HF_* variables itself.
 """
 
 import os
+import re
 import subprocess
 import sys
 
@@ -128,6 +129,32 @@ def test_offline_with_nothing_cached_names_the_cache_and_sends_no_request(
     assert str(hf.cache) in str(error.value)
     assert hub.requests == []
     assert not os.path.exists(keras_cache) or os.listdir(keras_cache) == []
+
+
+@pytest.mark.parametrize("route", ["huggingface_hub", "keras_cait_hub_url"])
+def test_without_network_the_error_names_random_weights_with_the_scratch_recipe_a_file_and_the_cache(
+    hf, keras_cache, monkeypatch, route
+):
+    """What a Python caller reads offline: weights=None with the recipe that learns from random
+    weights, a checkpoint file of each kind weights= reads, and where the cache is."""
+    from keras_cait.training.recipe import RECIPES
+
+    with unreachable_url("refused") as url:
+        if route == "huggingface_hub":
+            hf.set(HF_ENDPOINT=url)
+        else:
+            monkeypatch.setenv(HUB_URL_ENV, url)
+        with pytest.raises(ConnectionError) as error:
+            keras_cait.CaiT_XXS24(weights="imagenet", input_shape=(32, 32, 3))
+
+    message = str(error.value)
+    assert "\n" not in message, message
+    assert "weights=None trains from random weights" in message, message
+    recipe = re.search(r"RECIPES\['([\w-]+)'\]", message).group(1)
+    assert RECIPES[recipe] is RECIPES["scratch"], message
+    assert "weights='/path/to/model.safetensors'" in message
+    assert all(kind in message for kind in (".safetensors", ".pth", ".pt", ".weights.h5")), message
+    assert str(hf.cache if route == "huggingface_hub" else keras_cache) in message
 
 
 @pytest.mark.large
