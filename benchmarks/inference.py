@@ -14,10 +14,12 @@ under ONNX Runtime, our OpenVINO IR against timm's ONNX on OpenVINO, f32 and bf1
 `{{XXS24 bs1 timm-eager img/s}}` its images/s, `{{table}}` the three tables below,
 `{{same runtime table}}` the third alone and `{{machine}}` the machine's state.
 
-The default paths (`DEFAULT_PATHS`, 13 and the ceiling: 14 workers) are the peers a PyTorch
+The default paths (`DEFAULT_PATHS`, 15 and the ceiling: 16 workers) are the peers a PyTorch
 user reaches (timm eager, torch.compile, autocast bf16, ONNX Runtime and OpenVINO f32/bf16 on
-timm's own ONNX export) and the paths a keras_cait user takes; each worker records its peak
-memory (`peak_memory_mb`) in the JSON.
+timm's own ONNX export, and that export quantised to int8 by NNCF) and the paths a keras_cait user
+takes; each worker records its peak memory (`peak_memory_mb`) in the JSON. Both int8 OpenVINO paths
+make the same NNCF call (`nncf.quantize`, transformer preset) on the same photos
+(`CALIBRATION_FOLDER`), each read in its own evaluation transform.
 
 Ratios between frameworks are only meaningful if they share the machine's state:
 torch's OpenMP threads collapse when anything else runs, TensorFlow's less so. So
@@ -55,6 +57,7 @@ import time
 
 from benchmarks.harness import CEILING, Worker, load_all, machine_state, protocol_channel, with_repository
 from benchmarks.harness import matmul_ceiling, median_ratios, serve, timed_rounds, write_json
+from benchmarks.input import make_photos
 from benchmarks.training import forward_flops
 
 VARIANTS = {  # keras_cait variant -> timm architecture at 224
@@ -67,7 +70,12 @@ SMOKE = dict(embed_dim=32, depth=1, num_heads=2, init_values=0.1, patch_size=8, 
 REFERENCE = "timm-eager"
 # Paths whose outputs are probabilities (the serving signature adds the softmax).
 PROBABILITIES = {"keras-saved-model", "keras-saved-model-xla", "keras-saved-model-bf16"}
-PACKAGES = ("torch", "timm", "tensorflow", "keras", "onnxruntime", "openvino")
+PACKAGES = ("torch", "timm", "tensorflow", "keras", "onnxruntime", "openvino", "nncf")
+# The int8 paths' calibration: JPEGs cut from scikit-learn's sample photos (`benchmarks.input.make_photos`),
+# in this folder of the variant's workdir; ours reads them in keras_cait's evaluation transform, timm's in
+# timm's (the same resize and crop for CaiT).
+CALIBRATION_FOLDER = "calibration"
+INT8_OPENVINO = ("keras-openvino-int8", "openvino-timm-onnx-int8")
 
 
 # === Models ===
@@ -128,6 +136,12 @@ def save_random_checkpoint(spec, workdir):
             parameter.normal_(0.0, 0.02).add_(torch.randn(()) * 0.01)
     save_file({k: v.contiguous() for k, v in model.state_dict().items()},
               os.path.join(workdir, "timm.safetensors"))
+
+
+def calibration_photos(spec):
+    """How many photos NNCF calibrates both int8 paths on: fewer than export's default 300, so that
+    S24's two quantisations load in minutes; the smoke model's a handful."""
+    return 8 if spec["variant"] == "smoke" else 64
 
 
 def images(spec, batch):
@@ -228,11 +242,13 @@ def _ort_timm(spec, batches, workdir, threads):
     return lambda pixels: session(prepare(pixels))
 
 
-def _openvino(path, threads, precision):
+def _openvino(model, threads, precision):
+    """`model` (a path or an `openvino.Model`) compiled for the CPU; precision None: OpenVINO's default
+    for what an int8 model computes in float (bf16 where the CPU has it)."""
     import openvino
 
-    config = {"INFERENCE_PRECISION_HINT": precision, "INFERENCE_NUM_THREADS": threads}
-    compiled = openvino.Core().compile_model(path, "CPU", config)
+    config = {"INFERENCE_NUM_THREADS": threads, **({"INFERENCE_PRECISION_HINT": precision} if precision else {})}
+    compiled = openvino.Core().compile_model(model, "CPU", config)
     return lambda feed: compiled(feed)[0]
 
 
@@ -246,6 +262,33 @@ def _ov_timm(spec, batches, workdir, threads, precision="f32"):
 
 def _ov_timm_bf16(spec, batches, workdir, threads):
     return _ov_timm(spec, batches, workdir, threads, precision="bf16")
+
+
+def _ov_timm_int8(spec, batches, workdir, threads):
+    """timm's ONNX quantised as a timm user would: converted to OpenVINO, then NNCF's call of
+    `export_openvino(quantization="int8")` (`nncf.quantize`, transformer preset, every image of the
+    calibration folder) on the same photos in timm's own evaluation transform; OpenVINO's default
+    precision for what stays float."""
+    import nncf
+    import openvino
+
+    path = export_timm_onnx(spec, workdir, os.path.join(workdir, "timm-openvino-int8.onnx"))
+    images = _timm_calibration(spec, os.path.join(workdir, CALIBRATION_FOLDER))
+    quantized = nncf.quantize(openvino.convert_model(path), nncf.Dataset(images), subset_size=len(images),
+                              model_type=nncf.ModelType.TRANSFORMER)
+    compiled, prepare = _openvino(quantized, threads, None), _normalised_nchw(spec)
+    return lambda pixels: compiled(prepare(pixels))
+
+
+def _timm_calibration(spec, folder):
+    """The calibration photos as timm reads them for evaluation (resize, centre crop, normalise), NCHW."""
+    from PIL import Image
+    from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, create_transform
+
+    transform = create_transform(input_size=(3, spec["image_size"], spec["image_size"]), interpolation="bicubic",
+                                 crop_pct=1.0, mean=IMAGENET_DEFAULT_MEAN, std=IMAGENET_DEFAULT_STD)
+    files = sorted(os.path.join(root, name) for root, _, names in os.walk(folder) for name in names)
+    return [transform(Image.open(file).convert("RGB")).numpy()[None] for file in files]
 
 
 def _keras_predict(spec, batches, workdir, threads):
@@ -342,6 +385,17 @@ def _keras_openvino_bf16(spec, batches, workdir, threads):
     return _keras_openvino(spec, batches, workdir, threads, precision="bf16")
 
 
+def _keras_openvino_int8(spec, batches, workdir, threads):
+    """Our OpenVINO IR quantised by `export_openvino(quantization="int8")` (NNCF) on the calibration
+    photos; OpenVINO's default precision for what stays float."""
+    from keras_cait.export import export_openvino
+
+    path, folder = os.path.join(workdir, "keras_cait-int8.xml"), os.path.join(workdir, CALIBRATION_FOLDER)
+    export_openvino(_keras_model(spec, workdir), path, quantization="int8", calibration=folder,
+                    calibration_size=calibration_photos(spec))
+    return _openvino(path, threads, None)
+
+
 PATHS = {
     "timm-eager": _timm_eager,
     "timm-compile": _timm_compiled,
@@ -362,18 +416,21 @@ PATHS = {
     "keras-int8-onnx": _keras_int8_onnx,
     "keras-openvino": _keras_openvino,
     "keras-openvino-bf16": _keras_openvino_bf16,
+    "keras-openvino-int8": _keras_openvino_int8,
+    "openvino-timm-onnx-int8": _ov_timm_int8,
     # Levers: the same paths with oneDNN's ops on, which TensorFlow turns on by itself only on
     # CPUs with AVX-512 VNNI or newer (`keras-cait` turns them on everywhere).
     "keras-predict-onednn": _keras_predict,
     "keras-saved-model-onednn": _keras_saved_model_onednn,
 }
 PEERS = ("timm-eager", "timm-compile", "timm-autocast-bf16", "ort-timm-onnx", "openvino-timm-onnx",
-         "openvino-timm-onnx-bf16")
-# The default run: 13 paths + the ceiling = 14 workers, which hold S24 in 24 GB; the other
-# paths (int8, int4, float8, predict_on_batch, XLA predict) are there for --paths.
+         "openvino-timm-onnx-bf16", "openvino-timm-onnx-int8")
+# The default run: 15 paths + the ceiling = 16 workers (13 + 1 held S24 in 24 GB); the other
+# paths (Keras int8, int4, float8, predict_on_batch, XLA predict) are there for --paths.
 DEFAULT_PATHS = ("timm-eager", "timm-compile", "timm-autocast-bf16", "ort-timm-onnx", "openvino-timm-onnx",
-                 "openvino-timm-onnx-bf16", "keras-predict", "keras-saved-model", "keras-saved-model-xla",
-                 "keras-saved-model-bf16", "keras-onnx", "keras-openvino", "keras-openvino-bf16")
+                 "openvino-timm-onnx-bf16", "openvino-timm-onnx-int8", "keras-predict", "keras-saved-model",
+                 "keras-saved-model-xla", "keras-saved-model-bf16", "keras-onnx", "keras-openvino",
+                 "keras-openvino-bf16", "keras-openvino-int8")
 # The float32 exports, which the SavedModel's speed is measured against.
 FLOAT32_EXPORTS = ("keras-saved-model", "keras-saved-model-xla", "keras-onnx", "keras-openvino")
 # Our path -> the peer on the same runtime and precision: the ratio that shows what the export
@@ -382,6 +439,7 @@ SAME_RUNTIME = {
     "keras-onnx": "ort-timm-onnx",
     "keras-openvino": "openvino-timm-onnx",
     "keras-openvino-bf16": "openvino-timm-onnx-bf16",
+    "keras-openvino-int8": "openvino-timm-onnx-int8",
     "keras-predict": "timm-eager",
     "keras-saved-model": "timm-eager",
     "keras-saved-model-xla": "timm-eager",
@@ -411,6 +469,8 @@ LABELS = {
     "keras-int8-onnx": "our int8 ONNX under ORT",
     "keras-openvino": "OpenVINO (f32)",
     "keras-openvino-bf16": "OpenVINO (bf16)",
+    "keras-openvino-int8": "OpenVINO int8 (NNCF)",
+    "openvino-timm-onnx-int8": "OpenVINO int8 (NNCF) on timm's ONNX",
     "keras-predict-onednn": "`model.predict`, oneDNN's ops on (`TF_ENABLE_ONEDNN_OPTS=1`)",
     "keras-saved-model-onednn": "SavedModel `serving_default`, oneDNN's ops on (`TF_ENABLE_ONEDNN_OPTS=1`)",
 }
@@ -465,6 +525,8 @@ def measure_variant(variant, batches, paths, args, workdir):
     """Rows (one per batch and path) of one model, all its paths timed in turns."""
     spec = _spec(variant)
     save_random_checkpoint(spec, workdir)
+    if any(path in INT8_OPENVINO for path in paths):
+        make_photos(os.path.join(workdir, CALIBRATION_FOLDER), calibration_photos(spec))
     # Loaded side by side: tracing, exports and torch.compile are mostly single-threaded.
     arguments = ["--spec", json.dumps(spec), "--batches", *map(str, batches), "--workdir", workdir,
                  "--threads", str(args.threads)]
@@ -576,6 +638,7 @@ def machine_text(machine):
         f"{', '.join(f'{x:.2f}' for x in machine['load_average_end'])} at the end; "
         f"PyTorch {machine['torch']}, timm {machine['timm']}, TensorFlow {machine['tensorflow']}, "
         f"Keras {machine['keras']}, ONNX Runtime {machine['onnxruntime']}, OpenVINO {machine['openvino']}, "
+        f"NNCF {machine.get('nncf', 'not recorded')}, "
         f"Python {machine['python']}"
     )
 

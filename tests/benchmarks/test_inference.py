@@ -15,11 +15,15 @@ MODULE = "benchmarks.inference"
 PATHS = ["timm-eager", "timm-autocast-bf16", "ort-timm-onnx", "openvino-timm-onnx", "openvino-timm-onnx-bf16",
          "keras-predict", "keras-predict-on-batch", "keras-xla", "keras-saved-model", "keras-saved-model-xla",
          "keras-saved-model-bf16", "keras-onnx",
-         "keras-openvino", "keras-openvino-bf16", "keras-int8", "keras-int4", "keras-float8"]
+         "keras-openvino", "keras-openvino-bf16", "keras-int8", "keras-int4", "keras-float8",
+         "keras-openvino-int8", "openvino-timm-onnx-int8"]
 # bfloat16 arithmetic (autocast; OpenVINO where the CPU has bf16): measured up to 1e-2 from float32.
 BFLOAT16 = {"timm-autocast-bf16", "openvino-timm-onnx-bf16", "keras-openvino-bf16", "keras-saved-model-bf16"}
+# NNCF's int8 of our IR and of timm's ONNX: measured up to 8e-4 on the smoke model.
+INT8_OPENVINO = 1e-2
 # Keras' quantised models round every Dense input and kernel: near timm, not at float32's 1e-4.
-QUANTIZED = {"keras-int8": 5e-2, "keras-int4": 2e-1, "keras-float8": 2e-1}
+QUANTIZED = {"keras-int8": 5e-2, "keras-int4": 2e-1, "keras-float8": 2e-1, "keras-openvino-int8": INT8_OPENVINO,
+             "openvino-timm-onnx-int8": INT8_OPENVINO}
 
 
 def test_smoke_run_times_every_path_on_the_same_model(tmp_path):
@@ -43,7 +47,8 @@ def test_smoke_run_times_every_path_on_the_same_model(tmp_path):
     assert all(rows["timm-eager", batch]["ratio_to_timm_eager"] == 1.0 for batch in (1, 2))
     # Our exports against timm's export on the same runtime and precision.
     for path, peer in [("keras-onnx", "ort-timm-onnx"), ("keras-openvino", "openvino-timm-onnx"),
-                       ("keras-openvino-bf16", "openvino-timm-onnx-bf16")]:
+                       ("keras-openvino-bf16", "openvino-timm-onnx-bf16"),
+                       ("keras-openvino-int8", "openvino-timm-onnx-int8")]:
         for batch in (1, 2):
             row = rows[path, batch]
             assert row["same_runtime_peer"] == peer
