@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import keras_cait
-from keras_cait.weights import CHECKPOINTS, hf_cache
+from keras_cait.weights import CHECKPOINTS, WEIGHT_FILES, hf_cache
 from keras_cait.weights.registry import HUB_URL_ENV, TAG
 from tests.weights.fake_hf_hub import (  # noqa: F401  (hf, hub: fixtures)
     COMMIT, HF_VARIABLES, UNREACHABLE, FakeHub, hf, hub, load_in_a_fresh_process, sha256,
@@ -153,7 +153,7 @@ def test_without_network_the_error_names_random_weights_with_the_scratch_recipe_
     recipe = re.search(r"RECIPES\['([\w-]+)'\]", message).group(1)
     assert RECIPES[recipe] is RECIPES["scratch"], message
     assert "weights='/path/to/model.safetensors'" in message
-    assert all(kind in message for kind in (".safetensors", ".pth", ".pt", ".weights.h5")), message
+    assert all(kind in message for kind in WEIGHT_FILES), message
     assert str(hf.cache if route == "huggingface_hub" else keras_cache) in message
 
 
