@@ -9,7 +9,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_cait.training import RECIPES, run
+from keras_cait.training import RECIPES, precision, run, run_data, run_models
 from tests.training.test_resume import kill_mid_epoch
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -144,7 +144,7 @@ def test_this_machine_s_default_precision_reads_its_cpu_flags_and_devices():
     flags = open("/proc/cpuinfo").read()
     bf16 = "avx512_bf16" in flags.split() or "amx_bf16" in flags.split()
     expected = "mixed_bfloat16" if bf16 else "float32"
-    assert run.default_precision() == run.default_precision(gpus=0, cpu_flags=run._cpu_flags())
+    assert run.default_precision() == run.default_precision(gpus=0, cpu_flags=precision._cpu_flags())
     assert run.default_precision()[0] == expected  # no GPU where the suite runs on a CPU
 
 
@@ -175,7 +175,7 @@ def _refuse(monkeypatch, module, name):
 def test_val_data_with_val_fraction_is_refused_naming_both(tiny_run, tmp_path, monkeypatch):
     """A given val_fraction was ignored silently when val_data was given too."""
     model_path, data_dir = tiny_run
-    _refuse(monkeypatch, run, "_open_data")
+    _refuse(monkeypatch, run_data, "open_data")
     with pytest.raises(run.RunError) as raised:
         run.finetune(model_path, data_dir, tmp_path / "run", val_data=data_dir, val_fraction=0.2, verbose=0)
     assert str(raised.value) == (
@@ -190,7 +190,7 @@ def test_a_class_of_one_image_is_refused_by_its_folder_when_a_fraction_is_held_o
     data_dir = digits(tmp_path / "photos", per_class=3, size=8, classes=range(3))
     for name in os.listdir(os.path.join(data_dir, "2"))[1:]:
         os.remove(os.path.join(data_dir, "2", name))
-    _refuse(monkeypatch, run, "_classifier")
+    _refuse(monkeypatch, run_models, "classifier")
     with pytest.raises(run.RunError) as raised:
         run.finetune("XXS24", data_dir, tmp_path / "run", weights=None, precision="float32", verbose=0,
                      fit_batch_to_data=True)
@@ -224,8 +224,8 @@ def test_undecodable_images_are_named_all_at_once_before_a_model_is_built_or_a_f
     """They used to be found only when training reached them (stage 2, perhaps), run.json written."""
     data_dir = digits(tmp_path / "photos", per_class=3, size=8, classes=range(3))
     notes, cut = _bad_images(data_dir)
-    for name in ("_classifier", "_new_model", "_variant", "_load_keras"):
-        _refuse(monkeypatch, run, name)
+    for name in ("classifier", "new_model", "variant", "load_keras"):
+        _refuse(monkeypatch, run_models, name)
     arguments = dict(verbose=0, precision="float32")
     with pytest.raises(run.RunError) as raised:
         if command == "evaluate":
@@ -242,7 +242,7 @@ def test_the_validation_data_s_images_are_named_with_the_training_data_s(digits,
     train = digits(tmp_path / "photos", per_class=3, size=8, classes=range(3))
     validation = digits(tmp_path / "val", per_class=2, size=8, classes=range(3))
     notes, _ = _bad_images(validation)
-    _refuse(monkeypatch, run, "_classifier")
+    _refuse(monkeypatch, run_models, "classifier")
     with pytest.raises(run.RunError, match=rf"^val_data={validation!r}: 2 files cannot be decoded") as raised:
         run.finetune("XXS24", train, tmp_path / "run", val_data=validation, verbose=0, precision="float32",
                      fit_batch_to_data=True)
@@ -256,8 +256,8 @@ def test_files_of_other_formats_in_a_class_folder_are_said_once_by_name(digits, 
     data_dir = digits(tmp_path / "photos", per_class=2, size=8, classes=range(2))
     Image.new("RGB", (8, 8)).save(os.path.join(data_dir, "0", "scan.tiff"))
     Image.new("RGB", (8, 8)).save(os.path.join(data_dir, "1", "photo.webp"))
-    _refuse(monkeypatch, run, "_variant")
-    with pytest.raises(AssertionError, match="_variant was reached"):
+    _refuse(monkeypatch, run_models, "variant")
+    with pytest.raises(AssertionError, match="variant was reached"):
         run.evaluate("XXS24", data_dir, verbose=0)
     said = [line for line in capsys.readouterr().out.splitlines() if "not read" in line]
     assert said == [f"data={data_dir!r}: 1 file is not read, for an extension other than .jpg, .jpeg, .png, .gif, "

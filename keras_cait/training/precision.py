@@ -1,0 +1,57 @@
+"""The precision a run trains in: a Keras dtype policy, the fast one where the run is unless told."""
+
+import keras
+
+from keras_cait.training.run_errors import RunError
+
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+
+
+def check_precision(precision, auto=False):
+    """`precision`, with "auto" (where allowed) resolved by `default_precision` and said."""
+    allowed = ("auto", *PRECISIONS) if auto else PRECISIONS
+    if precision not in allowed:
+        raise RunError(f"precision={precision!r}: must be one of {', '.join(allowed)}.", "precision", usage=True)
+    if precision != "auto":
+        return precision
+    precision, why = default_precision()
+    print(f"Precision {precision} ({why}; --precision or precision= chooses another).", flush=True)
+    return precision
+
+
+def default_precision(gpus=None, cpu_flags=None):
+    """(policy, why): the dtype policy a run trains in unless told: "mixed_float16" where Keras'
+    backend sees a GPU, "mixed_bfloat16" on a CPU with bfloat16 units (AVX512_BF16 or AMX), else
+    "float32" (a CPU without them emulates half precision, slower than float32)."""
+    gpus = _gpus() if gpus is None else gpus
+    if gpus:
+        return "mixed_float16", f"{gpus} GPU(s)"
+    flags = _cpu_flags() if cpu_flags is None else cpu_flags
+    units = sorted(flags & {"avx512_bf16", "amx_bf16"})
+    if units:
+        return "mixed_bfloat16", f"a CPU with bfloat16 units: {', '.join(unit.upper() for unit in units)}"
+    return "float32", "a CPU without bfloat16 units and no GPU"
+
+
+def _gpus():
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        return sum(device.platform == "gpu" for device in jax.devices())
+    if backend == "torch":
+        import torch
+
+        return torch.cuda.device_count()
+    import tensorflow as tf
+
+    return len(tf.config.list_physical_devices("GPU"))
+
+
+def _cpu_flags():
+    """The CPU's feature flags (Linux's /proc/cpuinfo); none where it cannot be read."""
+    try:
+        with open("/proc/cpuinfo") as file:
+            return {flag for line in file if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
+    except OSError:
+        return set()

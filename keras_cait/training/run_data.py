@@ -1,0 +1,127 @@
+"""The data a run reads, and their checks: the sources opened, their images checked, the validation split.
+
+Once listed, before a model is built or a file written, the images are checked
+(`sources.check_images`: every file's first and last bytes, a decode bounded in time) and every
+one that cannot be decoded is named; files of other formats in the class folders are said by
+name; a class of 1 image is refused where a validation fraction is held out.
+"""
+
+import dataclasses
+import os
+
+import keras
+
+from keras_cait.training import sources
+from keras_cait.training.run_errors import RunError, about
+
+
+@dataclasses.dataclass
+class Data:
+    """The sources of a run, and its training data as the run record keeps them (`spec`)."""
+
+    train: sources.ImageSource
+    validation: sources.ImageSource | None
+    spec: str
+
+
+def given(value):
+    """A value as the run record keeps it: a path absolute where it exists (tfrecord:/tfds: as
+    given), a name or JSON as given, a source or a model by what it is."""
+    if isinstance(value, (str, os.PathLike)):
+        value = os.fspath(value)
+        return value if ":" in value or not os.path.exists(value) else os.path.abspath(value)
+    if isinstance(value, sources.ImageSource):
+        return "<ImageSource>"
+    if isinstance(value, keras.Model):
+        return f"<model {value.name}>"
+    return value
+
+
+def shown(data):
+    """`data` as a message names it: the path or spec as given."""
+    return "<ImageSource>" if isinstance(data, sources.ImageSource) else os.fspath(data)
+
+
+def open_source(argument, data, class_names, tfds_dir):
+    """The source of `data`; the files of its class folders that are not read, said."""
+    if isinstance(data, sources.ImageSource):
+        return data
+    with about(argument, os.fspath(data), ValueError, ImportError, FileNotFoundError):
+        source = sources.source(data, class_names, tfds_dir)
+    skipped = sources.skipped_files(f"{argument}={shown(data)!r}", source)
+    if skipped:
+        print(skipped, flush=True)
+    return source
+
+
+def open_data(data, val_data, val_fraction, class_names, tfds_dir, seed):
+    """The sources of a run, their images checked (`check_images`), and `val_fraction` of `data`
+    held out where `val_data` is not given."""
+    train = open_source("data", data, class_names, tfds_dir)
+    validation = None if val_data is None else open_source("val_data", val_data, class_names, tfds_dir)
+    check_images({"data": (data, train), "val_data": (val_data, validation)})
+    if validation is not None:
+        return Data(train, validation, given(data))
+    if val_fraction:
+        _check_classes_can_be_split(data, train, val_fraction)
+        with about("val_fraction", val_fraction, ValueError):
+            train, validation = sources.split(train, val_fraction, seed=seed)
+        return Data(train, validation, given(data))
+    return Data(train, None, given(data))
+
+
+def check_images(named):
+    """Refuses the data whose images cannot be decoded (`sources.check_images`), naming every one
+    found in one `RunError`, before any model is built or file written; `named`: {argument:
+    (value, source or None)}. Says so where a large folder was decoded only in part."""
+    found, complete = {}, True
+    for argument, (value, source) in named.items():
+        if source is None:
+            continue
+        what = f"{argument}={shown(value)!r}"
+        check = sources.check_images(source)
+        if not check.complete:
+            print(f"{what}: {check.said()}", flush=True)
+        complete = complete and check.complete
+        if check.undecodable:
+            found[what] = (argument, value, check.undecodable)
+    if not found:
+        return
+    for what, (_, _, bad) in found.items():
+        if len(bad) > sources.BAD_IMAGES_SHOWN:  # the message names the first; here are all
+            print(f"{what}: the {len(bad)} files that cannot be decoded:", flush=True)
+            for undecodable in bad:
+                print(f"  {undecodable.name} ({undecodable.reason})", flush=True)
+    argument, value, _ = next(iter(found.values()))
+    message = sources.undecodable_message({what: bad for what, (_, _, bad) in found.items()}, complete)
+    raise RunError(message, argument, value=value)
+
+
+def _check_classes_can_be_split(data, source, val_fraction):
+    """A class of 1 image cannot give an image to validation and keep one to train on: refused by name."""
+    counts = sources.class_counts(source)
+    if counts is None or source.folder is None:
+        return
+    alone = [os.path.join(source.folder, str(name)) for name, count in zip(source.class_names, counts)
+             if count < 2]
+    if not alone:
+        return
+    folders = ", ".join(repr(folder) for folder in alone[:5]) + (f" and {len(alone) - 5} more"
+                                                                 if len(alone) > 5 else "")
+    which = f"the class folder {folders} holds" if len(alone) == 1 else f"the class folders {folders} hold"
+    raise RunError(
+        f"data={shown(data)!r}: {which} 1 image, but val_fraction={val_fraction:g} holds a part of each "
+        "class out for validation, and 1 image cannot be both trained on and validated: each class needs at "
+        "least 2 images; add images, or give val_fraction=0 (no validation) or val_data=FOLDER (validation "
+        "images of their own).", "data", value=data)
+
+
+def validation_fraction(val_data, val_fraction):
+    """`val_fraction` as the run holds it out: 0.1 when neither is given, none with `val_data`."""
+    if val_data is None:
+        return 0.1 if val_fraction is None else val_fraction
+    if val_fraction is not None:
+        raise RunError(
+            f"val_data={shown(val_data)!r} and val_fraction={val_fraction:g} are both given: with val_data, "
+            "its images validate and no part of data is held out; give one of them.", "val_fraction", usage=True)
+    return None

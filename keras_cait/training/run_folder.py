@@ -1,0 +1,170 @@
+"""The folder of a run: its record (`run.json`, `recipe.json`), its stages' resumable fits, its files
+and the summary a run returns.
+
+`_Run` holds what `train` and `finetune` share: the record opened (a rerun with other settings
+refused), the batch plan, the compile, the validation data and each stage's resumable `fit`.
+"""
+
+import contextlib
+import json
+import os
+import shlex
+
+import keras
+
+from keras_cait.training import resume, stream
+from keras_cait.training.callbacks import best_record_path, run_callbacks, tensorboard_installed
+from keras_cait.training.recipe import RECIPES
+from keras_cait.training.run_plan import Plan, compile_for, fit_batch
+
+
+class Run:
+    """One run's folder, record, plan and stages: what train and finetune share."""
+
+    def __init__(self, command, settings, recipe, data, distribution, output_dir, verbose, fit_batch_to_data):
+        if fit_batch_to_data:
+            recipe = fit_batch(recipe, distribution, data)
+        self.recipe, self.data, self.distribution, self.verbose = recipe, data, distribution, verbose
+        self.plan = Plan.of(recipe, distribution, data)
+        # Every worker saves (Keras' multi-worker rule); only the chief's files are the run's.
+        self.output_dir = os.fspath(output_dir) if distribution.is_chief else os.path.join(
+            output_dir, "workers", str(distribution.worker_index))
+        settings = {**settings, "classes": list(self.data.train.class_names),
+                    "global batch size": self.plan.global_batch}
+        self.record = resume.RunRecord.open(self.output_dir, command, settings, recipe=recipe,
+                                            recipe_name=_recipe_name(recipe))
+        self.resumed = {}
+
+    def announce(self):
+        if not tensorboard_installed():
+            print('No TensorBoard logs: the tensorboard package is not installed (pip install '
+                  '"keras-cait[train]" to have them in logs/).', flush=True)
+        print(f"{self.distribution.name}: {self.distribution.replicas} replica(s), global batch "
+              f"{self.plan.global_batch} ({self.recipe.batch_size} per replica), {self.plan.steps} steps per "
+              f"epoch, peak learning rate {self.recipe.peak_lr(self.plan.global_batch):.3g}", flush=True)
+
+    def compile(self, model, head=False, jit_compile=True):
+        with self.distribution.scope():
+            compile_for(model, self.recipe, self.plan.global_batch, self.plan.steps, head=head,
+                        jit_compile=jit_compile)
+
+    def validation(self, image_size, crop_pct):
+        if self.data.validation is None:
+            return None
+        return stream.evaluation_dataset(self.data.validation, image_size, self.plan.global_batch, crop_pct,
+                                         one_hot=True, cache=True)
+
+    def fit(self, model, stage, epochs, seed, image_size, validation, backup_every, shuffle_buffer, cache):
+        """One resumable `fit` of `epochs` epochs, backed up as `stage`."""
+        self.record.begin()
+        callbacks, backup = run_callbacks(
+            self.output_dir, os.path.join(self.output_dir, "backup", stage), backup_every,
+            monitor="val_accuracy" if validation is not None else "loss", stage=stage)
+        augmentation = self.recipe.augmentation(image_size, self.data.train.num_classes)
+
+        def stream_from(step):
+            if step and stage not in self.resumed:  # the first stream of the fit: where it resumes
+                self.resumed[stage] = step
+                print(f"Resuming {stage} from the backup at step {step} of "
+                      f"{epochs * self.plan.steps} in {backup.backup_dir}", flush=True)
+            return stream.training_stream(
+                self.data.train, augmentation, self.plan.global_batch, epochs, seed=seed, start_step=step,
+                shuffle_buffer=shuffle_buffer, cache=cache)
+
+        history = resume.fit(
+            model, stream_from, epochs, self.plan.steps, backup=backup, callbacks=callbacks,
+            validation_data=validation, verbose=self.verbose,
+            plan={"data": self.data.spec, "classes": self.data.train.num_classes, "image size": image_size,
+                  "global batch size": self.plan.global_batch},
+        )
+        with contextlib.suppress(OSError):  # the backups' folder, once no run needs it
+            os.rmdir(os.path.dirname(backup.backup_dir))
+        return history
+
+    def summary(self, finished_earlier=False):
+        """The run's summary (`summary`), printed by the chief."""
+        summary = _summary(self.output_dir, finished_earlier, self.resumed)
+        if self.distribution.is_chief:
+            _print_summary(summary)
+        return summary
+
+    def finished_earlier(self, model_path):
+        """The model at `model_path` of a run that finished before, said, and the run's summary."""
+        print(f"{self.output_dir} holds this run, finished earlier with the same settings: nothing to train. "
+              "Give another output folder (or delete this one) to train again.", flush=True)
+        import keras_cait  # noqa: F401  registers CaiT's layers with Keras
+
+        return keras.models.load_model(model_path), self.summary(finished_earlier=True)
+
+
+def check_lora_can_start(output_dir):
+    """A LoRA stage cannot resume: Keras saves LoRA merged into the kernel and zeroes A and B on loading."""
+    backup = os.path.join(output_dir, "backup", "lora")
+    if os.path.exists(backup):
+        raise resume.BackupError(
+            f"{backup} holds a backup of an interrupted LoRA stage, which cannot be resumed (Keras "
+            "saves the LoRA update merged into the kernel, and A = B = 0 would not train); "
+            f"remove {backup} to run the LoRA stage again from the trained head."
+        )
+
+
+def _recipe_name(recipe):
+    return next((name for name, named in RECIPES.items() if named == recipe), None)
+
+
+def settings(**values):
+    """What a rerun in the same output folder must give again (by its command-line flag, as
+    run.json and the refusal of a rerun name them)."""
+    return {"--" + name.replace("_", "-"): value for name, value in sorted(values.items())}
+
+
+FILES = {
+    "best.keras": "the model of the best epoch",
+    "final.keras": "the model at the end",
+    "ema.keras": "the moving average of the weights",
+    "head.weights.h5": "the model after its head-only stage",
+    "recipe.json": "the training recipe of the run, every knob (Recipe.load reads it)",
+    "run.json": "the other settings of the run and the stages it finished",
+    "logs": "TensorBoard logs",
+}
+
+
+def _summary(output_dir, finished_earlier=False, resumed=None):
+    best = None
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        with open(best_record_path(os.path.join(output_dir, "best.keras"))) as file:
+            best = json.load(file)
+    return {
+        "output_dir": output_dir,
+        "files": {name: what for name, what in FILES.items() if os.path.exists(os.path.join(output_dir, name))},
+        "best": best,
+        "finished_earlier": finished_earlier,
+        "resumed": dict(resumed or {}),
+    }
+
+
+def _print_summary(summary):
+    """Where the files went, the best validation accuracy, and what to run next."""
+    output_dir = summary["output_dir"]
+    print(f"\nDone. In {output_dir}:")
+    for name, what in summary["files"].items():
+        if name == "logs":
+            what += " (tensorboard --logdir " + shlex.quote(os.path.join(output_dir, "logs")) + ")"
+        elif name == "best.keras":
+            what += " (below)"
+        print(f"  {name:<16} {what}")
+    best = summary["best"]
+    if best and "monitor" in best:
+        stage = {"head": " of the head-only stage", "full": " of the whole-network stage",
+                 "lora": " of the LoRA stage"}.get(best.get("stage"), "")
+        name = {"val_accuracy": "validation accuracy", "loss": "training loss (no validation data)"}.get(
+            best["monitor"], best["monitor"])
+        value = f"{best['value']:.2%}" if best["monitor"].endswith("accuracy") else f"{best['value']:.4g}"
+        print(f"Best {name}: {value} at epoch {best['epoch']}{stage} (best.keras).")
+    model = shlex.quote(os.path.join(output_dir, "best.keras"))
+    serving = shlex.quote(os.path.join("serving", os.path.basename(os.path.abspath(output_dir)), "1"))
+    print("Next:")
+    print(f"  keras-cait predict IMAGE... --model {model}")
+    print(f"  keras-cait evaluate --model {model} --data TEST_FOLDER")
+    print(f"  keras-cait export {serving} --model {model}    (TF Serving; or a .onnx, .tflite, .xml file)",
+          flush=True)

@@ -1,0 +1,79 @@
+"""The plan of a run: what its recipe allows, its replicas, its batches, and how it compiles a model."""
+
+import dataclasses
+
+import keras
+
+from keras_cait.training import distribute, stream
+from keras_cait.training.run_errors import RunError, about
+
+
+def check_recipe(recipe, teacher, command):
+    """What the recipe and the run's arguments cannot do together, refused before any data are read."""
+    if command == "finetune" and recipe.epochs == 0 and recipe.head_epochs == 0:
+        raise RunError("epochs=0 and head_epochs=0: nothing to train; give epochs or head_epochs of at "
+                       "least 1.", "epochs", usage=True)
+    if command == "train" and recipe.epochs == 0:
+        raise RunError("epochs=0: nothing to train; give epochs=1 or more.", "epochs", usage=True)
+    if recipe.epochs and not 0 <= recipe.warmup_epochs < recipe.epochs:
+        raise RunError(f"warmup_epochs={recipe.warmup_epochs:g} with epochs={recipe.epochs}: the warmup must be "
+                       f"shorter than the run; give epochs={int(recipe.warmup_epochs) + 1} or more, or "
+                       f"warmup_epochs={max(0, recipe.epochs - 1)} or less.", "warmup_epochs", usage=True)
+
+
+def distribution(strategy):
+    """The `distribute.Distribution` of `strategy` ("none", "mirrored", ...)."""
+    with about("strategy", strategy, ValueError):
+        return distribute.distribution(strategy)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """The batches of a run: decided once, from the recipe, the replicas and the data."""
+
+    global_batch: int
+    steps: int
+
+    @classmethod
+    def of(cls, recipe, distribution, data):
+        global_batch = distribution.global_batch_size(recipe.batch_size)
+        if global_batch > data.train.num_examples:
+            fits = _batch_that_fits(distribution, data)
+            raise RunError(
+                f"batch_size={recipe.batch_size} (global batch {global_batch}) is larger than the "
+                f"{data.train.num_examples} training images of data={data.spec!r}; give batch_size={fits} "
+                "or less, or more images.", "batch_size", usage=True)
+        return cls(global_batch, stream.steps_per_epoch(data.train, global_batch))
+
+
+def _batch_that_fits(distribution, data):
+    return max(1, data.train.num_examples // distribution.replicas)
+
+
+def fit_batch(recipe, distribution, data):
+    """The recipe with its batch lowered to what the training images fill, said; unchanged if they do."""
+    if distribution.global_batch_size(recipe.batch_size) <= data.train.num_examples:
+        return recipe
+    fits = _batch_that_fits(distribution, data)
+    print(f"Batch {recipe.batch_size} per replica is more than the {data.train.num_examples} training images "
+          f"fill: batch {fits} instead (the learning rate scales with it).", flush=True)
+    return recipe.replace(batch_size=fits)
+
+
+def _metrics(num_classes):
+    metrics = [keras.metrics.CategoricalAccuracy(name="accuracy")]
+    if num_classes > 5:
+        metrics.append(keras.metrics.TopKCategoricalAccuracy(5, name="top5"))
+    return metrics
+
+
+def compile_for(model, recipe, global_batch, steps_per_epoch, head=False, jit_compile=True):
+    """`model` compiled as a run compiles it: the recipe's AdamW and schedule (the head stage's
+    with `head`), categorical cross-entropy weighted by sample (rows of weight 0 fill a last,
+    partial batch across hosts) and accuracy (top-5 too above 5 classes)."""
+    model.compile(
+        optimizer=recipe.optimizer(model, global_batch, steps_per_epoch, head=head),
+        loss=keras.losses.CategoricalCrossentropy(reduction="mean_with_sample_weight"),
+        weighted_metrics=_metrics(getattr(model, "student", model).output_shape[-1]),
+        jit_compile="auto" if jit_compile else False,
+    )
