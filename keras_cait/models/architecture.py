@@ -343,7 +343,7 @@ def checked_image_size(image_size, patch_size=16, argument="image_size"):
                             f"{kind}", ["e.g. ", Named(argument, 224 if 224 % patch_size == 0 else patch_size * 14)],
                             usage=True)
     if image_size % patch_size:
-        nearest = max(1, round(image_size / patch_size)) * patch_size
+        nearest = max(1, int(image_size / patch_size + 0.5)) * patch_size  # halves up: 200 -> 208
         raise ArgumentError(argument, image_size, f"must be a multiple of the patch size {patch_size}",
                             ["e.g. ", Named(argument, nearest)], usage=True)
     return int(image_size)
@@ -426,7 +426,7 @@ class CaiTModel(keras.Model):
       and the fix, for `model(images)`, `predict` and the model called as a
       layer (`check_images`: static shapes, no graph ops; where a TensorFlow
       graph leaves height, width or channels unknown, an assert in the graph,
-      `keras_cait.runtime_checks`).
+      `keras_cait.models.runtime_checks`).
     - `predict` skips Keras' data pipeline for one small batch.
       `keras.Model.predict` builds a data adapter, a dataset and an iterator on
       every call, which at batch 1 costs more than the forward pass of a small
@@ -477,7 +477,7 @@ class CaiTModel(keras.Model):
     def __call__(self, *args, **kwargs):
         images = args[0] if args else kwargs.get("inputs")
         if not check_images(images, self.inputs[0].shape, self.name) and _open_graph_tensor(images):
-            from keras_cait.runtime_checks import checked_images
+            from keras_cait.models.runtime_checks import checked_images
 
             height, width, channels = tuple(self.inputs[0].shape)[1:]
             images = checked_images(images, (height, width, channels), (

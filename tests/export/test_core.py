@@ -62,3 +62,17 @@ def test_a_destination_whose_suffix_no_format_writes_is_refused_naming_the_suffi
 @pytest.mark.parametrize("name", ["serving/cait/1", "serving/cait.v2/3"])
 def test_a_version_folder_is_still_a_destination(name, tmp_path):
     assert check_destination(tmp_path / name) is None
+
+
+def test_the_exporters_import_no_training_module():
+    """The model surgery an export needs (merge_lora, with_dtype_policy) lives with the models:
+    exporting loads nothing of `keras_cait.training` (nor its data pipeline)."""
+    from tests.test_imports import loaded_modules
+
+    modules = loaded_modules(
+        "from keras_cait.export import export_saved_model, export_onnx\n"
+        "import keras_cait.export as export\n"
+        "[getattr(export, name) for name in (*export.EXPORTERS, 'check_destination', 'check_quantization')]\n"
+        "import keras_cait.export.core, keras_cait.export.inference_graph", "tensorflow")
+    assert {"keras_cait.export.core", "keras_cait.export.saved_model"} <= modules
+    assert sorted(name for name in modules if name.startswith("keras_cait.training")) == []

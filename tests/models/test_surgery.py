@@ -1,20 +1,13 @@
-"""Transfer learning: a new head, a frozen then unfrozen backbone, another resolution."""
+"""keras_cait.models.surgery: a new head, a frozen then unfrozen backbone, another resolution or
+dtype policy, LoRA merged."""
 
 import keras
 import numpy as np
 import pytest
 
 from keras_cait.layers.position_embedding import resize_position_embedding
-from keras_cait.training import (
-    Augmentation,
-    adamw,
-    at_resolution,
-    set_backbone_trainable,
-    sources,
-    stream,
-    warmup_cosine,
-    with_new_head,
-)
+from keras_cait.models.surgery import at_resolution, set_backbone_trainable, with_new_head
+from keras_cait.training import Augmentation, adamw, sources, stream, warmup_cosine
 
 
 def test_new_head_shares_the_backbone_and_is_float32_under_mixed_precision(tiny_cait, policy):
@@ -31,6 +24,17 @@ def test_new_head_shares_the_backbone_and_is_float32_under_mixed_precision(tiny_
     assert replaced.output_shape == (None, 3)
     with pytest.raises(ValueError, match="pooling='token' or pooling='avg'"):
         with_new_head(tiny_cait(include_top=False), classes=3)
+
+
+def test_a_new_head_takes_the_dtype_of_the_features_it_reads_not_the_global_policy(tiny_cait, policy):
+    float32 = tiny_cait(include_top=False, pooling="token")
+    mixed = tiny_cait(include_top=False, pooling="token", dtype="mixed_float16")
+    policy("bfloat16")  # the caller's global policy, which neither model was built under
+
+    assert with_new_head(float32, 3).get_layer("predictions").dtype_policy.name == "float32"
+    assert with_new_head(mixed, 3).get_layer("predictions").dtype_policy.name == "float32"  # as build_cait's
+    assert with_new_head(tiny_cait(include_top=False, pooling="token", dtype="bfloat16"), 3).get_layer(
+        "predictions").dtype_policy.name == "bfloat16"
 
 
 def test_freezing_trains_the_head_only(tiny_cait):

@@ -1,0 +1,232 @@
+"""keras_cait.models.loader: one loader of a name, a .keras file or a model; its errors as data; the
+weights, `None` and the head's initialiser the same through every door (the constructors,
+`load_classifier`, the commands and keras-hub's presets)."""
+
+import re
+
+import keras
+import numpy as np
+import pytest
+
+import keras_cait
+from keras_cait.cli import main
+from keras_cait.errors import ArgumentError
+from keras_cait.models import (
+    CaiTModel, SelfAttentionBlock, checked_weights, has_dtype_policy, load_classifier, with_new_head,
+)
+from keras_cait.models.architecture import classifier_head
+from tests.conftest import TINY_CAIT
+
+
+@pytest.fixture
+def saved(tiny_cait, tmp_path):
+    """A 10-class tiny CaiT saved in float32 as .keras: (path, model)."""
+    model = tiny_cait(classes=10)
+    path = str(tmp_path / "tiny.keras")
+    model.save(path)
+    return path, model
+
+
+def images(side=32, count=2):
+    return np.random.default_rng(0).uniform(0, 255, (count, side, side, 3)).astype("float32")
+
+
+def test_a_keras_file_and_a_model_load_as_the_classifier_they_hold(saved):
+    path, model = saved
+
+    loaded = load_classifier(path)
+
+    assert isinstance(loaded, CaiTModel) and loaded.output_shape == (None, 10)
+    np.testing.assert_allclose(loaded.predict(images(), verbose=0), model.predict(images(), verbose=0), rtol=1e-5)
+    assert load_classifier(model) is model  # nothing asked that it does not have already
+
+
+@pytest.mark.parametrize("caller_policy", ["float32", "mixed_float16"])
+def test_dtype_rebuilds_a_file_under_it_and_leaves_the_global_policy(saved, policy, caller_policy):
+    path, model = saved
+    policy(caller_policy)
+
+    loaded = load_classifier(path, dtype="mixed_bfloat16")
+
+    assert has_dtype_policy(loaded, "mixed_bfloat16")
+    assert keras.config.dtype_policy().name == caller_policy
+    assert has_dtype_policy(load_classifier(path), "float32"), "without dtype the file keeps its own"
+    np.testing.assert_allclose(loaded.predict(images(), verbose=0), model.predict(images(), verbose=0), atol=0.05)
+
+
+def test_dtype_builds_a_name_under_it_and_leaves_the_global_policy():
+    built = load_classifier("XXS24", weights=None, image_size=32, dtype="mixed_float16")
+
+    assert has_dtype_policy(built, "mixed_float16")
+    assert keras.config.dtype_policy().name == "float32"
+
+
+@pytest.mark.parametrize("route", ["name", "file"])
+@pytest.mark.parametrize("image_size, problem", [
+    (200, "image_size=200: must be a multiple of the patch size 16; e.g. image_size=208"),
+    ("224", "image_size='224': must be a positive integer multiple of the patch size 16, an int, not str; "
+            "e.g. image_size=224"),
+    (0, "image_size=0: must be a positive integer multiple of the patch size 16; e.g. image_size=224"),
+])
+def test_an_image_size_is_blamed_on_image_size_before_anything_is_built(saved, route, image_size, problem,
+                                                                         monkeypatch):
+    from keras_cait.models import variants
+
+    monkeypatch.setattr(variants, "build_cait", lambda **kwargs: pytest.fail("a model was built"))
+    model = saved[0] if route == "file" else "XXS24"
+
+    with pytest.raises(ArgumentError) as refused:
+        load_classifier(model, weights="imagenet", image_size=image_size)
+
+    assert str(refused.value) == problem
+    assert (refused.value.argument, refused.value.value, refused.value.usage) == ("image_size", image_size, True)
+
+
+def test_a_file_at_another_image_size_is_rebuilt_at_it(saved):
+    path, model = saved
+
+    assert load_classifier(path, image_size=48).input_shape == (None, 48, 48, 3)
+
+
+@pytest.mark.parametrize("spelling", [None, "none", "None", "NONE", " none "])
+def test_none_in_every_spelling_is_one_value(spelling):
+    assert checked_weights(spelling) is None
+
+
+def test_a_missing_weights_file_is_named_once(tmp_path):
+    missing = str(tmp_path / "absent.pt")
+
+    with pytest.raises(ArgumentError) as refused:
+        load_classifier("XXS24", weights=missing, image_size=32)
+
+    assert str(refused.value).startswith(f"weights={missing!r}: no such file; give weights='imagenet'")
+    assert str(refused.value).count(missing) == 1  # no prefix added twice
+    assert (refused.value.argument, refused.value.value, refused.value.usage) == ("weights", missing, False)
+
+
+def test_a_keras_file_that_is_not_a_cait_is_refused_in_one_line(tmp_path):
+    convolutional = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Conv2D(4, 3),
+                                      keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(2)])
+    numbers = keras.Sequential([keras.Input((8,)), keras.layers.Dense(2)])
+    for model, problem in ((convolutional, "not a CaiT"), (numbers, "takes inputs of shape (None, 8), not images")):
+        path = str(tmp_path / f"{model.name}.keras")
+        model.save(path)
+        with pytest.raises(ArgumentError, match=rf"^model='{path}': .*{re.escape(problem)}") as refused:
+            load_classifier(path)
+        assert refused.value.argument == "model" and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("options, argument", [
+    (dict(weights=None), "weights"),
+    (dict(include_top=False, classes=3), "classes"),
+    (dict(pooling="avg"), "pooling"),
+    (dict(pooling="max"), "pooling"),
+    (dict(dtype="float64x"), "dtype"),
+    (dict(drop_path_rate=1.5), "drop_path_rate"),
+])
+def test_a_setting_a_file_cannot_take_is_refused_naming_it(saved, options, argument):
+    with pytest.raises(ArgumentError) as refused:
+        load_classifier(saved[0], **options)
+
+    assert refused.value.argument == argument and str(refused.value).startswith(f"{argument}=")
+
+
+def test_another_class_count_puts_a_new_head_on_the_file_s_features(saved):
+    path, model = saved
+
+    tuned = load_classifier(path, classes=3)
+    features = load_classifier(path, include_top=False)
+
+    assert tuned.output_shape == (None, 3) and features.output_shape == (None, TINY_CAIT["embed_dim"])
+    for layer in model.layers[:-1]:  # everything but the head carries over
+        for old, new in zip(layer.weights, tuned.get_layer(layer.name).weights):
+            np.testing.assert_array_equal(np.asarray(old), np.asarray(new))
+
+
+def test_drop_path_rate_applies_to_a_file(saved):
+    loaded = load_classifier(saved[0], drop_path_rate=0.2)
+
+    rates = {layer.drop_path_rate for layer in loaded.layers if isinstance(layer, SelfAttentionBlock)}
+    assert rates == {0.2}
+
+
+def test_a_name_with_another_class_count_gets_a_new_head_on_the_imagenet_backbone(monkeypatch):
+    from keras_cait.models import variants
+
+    loaded = []
+    monkeypatch.setattr(variants, "load_imagenet_weights",
+                        lambda model, arch: loaded.append((arch, [layer.name for layer in model.layers])))
+
+    tuned = load_classifier("XXS24", image_size=32, classes=5)
+
+    assert tuned.output_shape == (None, 5)
+    [(arch, layers)] = loaded
+    assert arch == "cait_xxs24_224" and "predictions" not in layers  # the checkpoint's 1000-class head is left out
+
+
+# === The same answer through every door ===
+
+
+def _one_line(argv, capsys):
+    with pytest.raises(SystemExit):
+        main(argv)
+    return capsys.readouterr().err
+
+
+def test_a_pt_checkpoint_is_a_weights_file_through_every_door(tmp_path, capsys, no_network):
+    """A missing `.pt` is 'no such file' (its kind accepted) through the constructors, the loader,
+    the command line and keras-hub's presets; a `.bin` is refused as an unknown kind by each."""
+    from keras_cait.hub import CaiTImageClassifier
+
+    image = str(tmp_path / "photo.png")
+    keras.utils.save_img(image, images(count=1)[0])
+    for suffix, problem in ((".pt", "no such file"), (".bin", "unknown weights name")):
+        path = str(tmp_path / f"model{suffix}")
+        doors = {
+            "constructor": lambda: keras_cait.CaiT_XXS24(weights=path, input_shape=(32, 32, 3)),
+            "loader": lambda: load_classifier("XXS24", weights=path, image_size=32),
+            "preset": lambda: CaiTImageClassifier.from_preset("cait_xxs24_224", weights=path),
+        }
+        for door, call in doors.items():
+            with pytest.raises(ArgumentError, match=f"^weights='{path}': {problem};") as refused:
+                call()
+            assert refused.value.argument == "weights", door
+        line = _one_line(["predict", image, "--model", "cait_xxs24_224", "--weights", path], capsys)
+        assert line.startswith(f"keras-cait predict: --weights {path}: {problem}; give --weights imagenet"), line
+
+
+def test_weights_none_in_the_command_s_spelling_is_random_weights_through_every_door(monkeypatch):
+    from keras_cait.hub import presets
+    from keras_cait.models import variants
+
+    built = []
+    monkeypatch.setattr(variants, "load_weights_file", lambda *args: pytest.fail("a file was read"))
+    monkeypatch.setattr(variants, "load_imagenet_weights", lambda *args: pytest.fail("imagenet was fetched"))
+    original = variants.build_cait
+    monkeypatch.setattr(variants, "build_cait", lambda **kwargs: built.append(kwargs) or original(**kwargs))
+
+    keras_cait.CaiT_XXS24(weights="None", input_shape=(32, 32, 3))
+    load_classifier("XXS24", weights="none", image_size=32)
+    assert len(built) == 2
+    assert presets.weights_argument("cait_xxs24_224", True, {"weights": "none"}) is None
+    assert presets.weights_argument("cait_xxs24_224", True, {"weights": "None"}) is None
+
+
+def test_every_classifier_head_starts_from_the_one_initialiser(tiny_cait, saved):
+    """build_cait's head, with_new_head's, the loader's new head and keras-hub's classifier's."""
+    from keras_cait.hub import CaiTBackbone, CaiTImageClassifier
+
+    def initialisers(layer):
+        return (keras.saving.serialize_keras_object(layer.kernel_initializer),
+                keras.saving.serialize_keras_object(layer.bias_initializer))
+
+    expected = initialisers(classifier_head(3, None, "float32"))
+    backbone = CaiTBackbone(**TINY_CAIT, image_shape=(32, 32, 3))
+    heads = {
+        "build_cait": tiny_cait(classes=3).get_layer("predictions"),
+        "with_new_head": with_new_head(tiny_cait(), 3).get_layer("predictions"),
+        "load_classifier": load_classifier(saved[0], classes=3).get_layer("predictions"),
+        "keras-hub": CaiTImageClassifier(backbone=backbone, num_classes=3).output_dense,
+    }
+    assert {door: initialisers(head) for door, head in heads.items()} == dict.fromkeys(heads, expected)
+    assert expected[0]["class_name"] == "RandomNormal" and expected[0]["config"]["stddev"] == 0.02  # timm's
