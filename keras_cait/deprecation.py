@@ -1,4 +1,5 @@
-"""Old import paths of moved modules: importing one still works, with a DeprecationWarning.
+"""Old names that keep working for a release, with a DeprecationWarning: moved modules' import
+paths (`MOVED`) and renamed keywords of public functions (`renamed_keywords`).
 
 `MOVED` is the one table, {old module: new module}; a row keeps an old path for a release.
 `import keras_cait.model` (or `from keras_cait.model import build_cait`) gives the new module
@@ -7,6 +8,7 @@ itself, `keras_cait.models.architecture`, so the names, and a monkeypatch of the
 attribute of the package goes through the same import (`module_attribute`).
 """
 
+import functools
 import importlib
 import importlib.abc
 import importlib.util
@@ -62,3 +64,31 @@ def module_attribute(package, name):
     """The moved module `package.name` (imported through its old path, so it warns), or None."""
     old = f"{package}.{name}"
     return importlib.import_module(old) if old in MOVED else None
+
+
+def renamed_keywords(**renamed):
+    """Decorates a public function whose keyword `old` is now `new` (`old="new"`, or `old=("new",
+    "what differs")`): a call with `old=` warns with a DeprecationWarning and runs as with `new=`;
+    a call with both raises TypeError. The signature shows the new names only."""
+
+    def decorate(function):
+        @functools.wraps(function)
+        def with_old_keywords(*args, **kwargs):
+            for old, (new, *differs) in ((old, _as_tuple(new)) for old, new in renamed.items()):
+                if old not in kwargs:
+                    continue
+                if new in kwargs:
+                    raise TypeError(f"{function.__name__}() got {old}={kwargs[old]!r} and {new}={kwargs[new]!r}: "
+                                    f"{old} is the old name of {new}; give {new} alone.")
+                warnings.warn(f"{function.__name__}({old}=...) is now {new}=...{''.join(f' ({d})' for d in differs)}; "
+                              f"the old name goes in the next release.", DeprecationWarning, stacklevel=2)
+                kwargs[new] = kwargs.pop(old)
+            return function(*args, **kwargs)
+
+        return with_old_keywords
+
+    return decorate
+
+
+def _as_tuple(new):
+    return (new,) if isinstance(new, str) else tuple(new)

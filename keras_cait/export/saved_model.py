@@ -39,13 +39,20 @@ Example:
 import keras
 import tensorflow as tf
 
-from keras_cait.io.atomic import written_atomically
-from keras_cait.images.evaluation_transform import IMAGE_FORMATS, decode_image, evaluation_transform, has_image_signature
+from keras_cait.deprecation import renamed_keywords
 from keras_cait.export.core import check_version_folder, inference_form, quantized, require_tensorflow_backend
 from keras_cait.export.inference_graph import InferenceGraph
+from keras_cait.images.evaluation_transform import (
+    IMAGE_FORMATS,
+    decode_image,
+    evaluation_transform,
+    has_image_signature,
+)
+from keras_cait.io.atomic import written_atomically
 from keras_cait.models.architecture import checked_class_names, class_count, class_names_of
 
 
+@renamed_keywords(precision="compute_dtype")
 def export_saved_model(
     model, path, *, top_k=None, class_names=None, from_logits=None, quantization=None, compute_dtype="float32",
     jit_compile=False, overwrite=False,
@@ -75,7 +82,8 @@ def export_saved_model(
             residual stream, LayerNorm and softmax in float32, as under timm's
             autocast; the signatures still take and return float32. Needs a
             CaiT classifier (float32, or trained under a mixed policy) without
-            `quantization`.
+            `quantization`. (Its old name `precision=` works, with a
+            DeprecationWarning, until the next release.)
         jit_compile: compile the model's forward pass with XLA (the decoding
             and the checks around it stay TensorFlow ops). Faster on a CPU at
             small batches (docs/benchmarks.md), but TF Serving runs it only when

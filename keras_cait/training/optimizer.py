@@ -2,6 +2,7 @@
 
 import keras
 
+from keras_cait.deprecation import renamed_keywords
 from keras_cait.layers import ClassToken, PositionEmbedding
 from keras_cait.training.knobs import DEIT
 
@@ -35,6 +36,8 @@ def weight_decay_exclusions(model):
     return excluded
 
 
+@renamed_keywords(clipnorm=("global_clipnorm", "one norm over all the gradients, as timm's --clip-grad; "
+                                                 "clipnorm clipped each variable's gradient on its own"))
 def adamw(
     model,
     learning_rate,
@@ -62,7 +65,8 @@ def adamw(
         global_clipnorm: optional clip of the gradients' norm taken over all
             variables together, each gradient scaled by the same factor (timm's
             `--clip-grad`, `torch.nn.utils.clip_grad_norm_`; DeiT: none). Keras'
-            `clipnorm` would clip each variable's gradient on its own.
+            `clipnorm` would clip each variable's gradient on its own. (Its old
+            name `clipnorm=` means this, with a DeprecationWarning, until the next release.)
         use_ema: keep an exponential moving average of the weights (DeiT's
             `--model-ema`); `model.fit` copies the average into the model when
             training ends.

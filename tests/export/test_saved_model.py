@@ -373,3 +373,16 @@ def test_the_model_s_own_class_names_name_the_top_k(images, tmp_path):
     loaded = tf.saved_model.load(str(export_saved_model(model, tmp_path / "2", class_names=given, top_k=1)))
     assert set(loaded.signatures["serving_default"](images=tf.constant(images))["top_k_classes"].numpy()
                .astype(str).ravel()) <= set(given)
+
+
+def test_precision_the_old_name_of_compute_dtype_still_reaches_it_with_a_deprecation_warning(tmp_path):
+    model = small_model()
+    # A value compute_dtype refuses: the refusal shows precision= was passed on as compute_dtype.
+    with pytest.warns(DeprecationWarning, match=r"export_saved_model\(precision=\.\.\.\) is now compute_dtype") as seen, \
+            pytest.raises(ValueError, match=r"^compute_dtype='float64': must be 'float32' or 'bfloat16'"):
+        export_saved_model(model, str(tmp_path / "1"), precision="float64")
+    assert [warning.filename for warning in seen] == [__file__]  # the caller's line
+    with pytest.raises(TypeError, match=r"got precision='bfloat16' and compute_dtype='float32': precision is the "
+                                        r"old name of compute_dtype; give compute_dtype alone"):
+        export_saved_model(model, str(tmp_path / "1"), precision="bfloat16", compute_dtype="float32")
+    assert not (tmp_path / "1").exists()

@@ -144,3 +144,13 @@ def test_decay_set_is_timms_param_groups_weight_decay(tiny_cait):
     assert set(by_timm_name) == set(names.values())
     ours = {variable.path for variable in weight_decay_exclusions(model)}
     assert ours == {by_timm_name[name].path for name in timm_no_decay}
+
+
+def test_clipnorm_the_old_name_of_global_clipnorm_still_works_with_a_deprecation_warning(tiny_cait):
+    model = tiny_cait()
+    with pytest.warns(DeprecationWarning, match=r"adamw\(clipnorm=\.\.\.\) is now global_clipnorm=\.\.\. \(one "
+                                                r"norm over all the gradients"):
+        optimizer = adamw(model, 1e-3, clipnorm=1.5)
+    assert (optimizer.global_clipnorm, optimizer.clipnorm) == (1.5, None)
+    with pytest.raises(TypeError, match="clipnorm is the old name of global_clipnorm"):
+        adamw(model, 1e-3, clipnorm=1.5, global_clipnorm=1.0)
