@@ -5,8 +5,9 @@ Every place that depends on the format reads `FORMATS`: `check_destination` and
 `keras_cait.export.<exporter>` and `keras_cait.<exporter>`, and `keras-cait export`
 (its dispatch, `--quantization` and `--compute-dtype` choices, help and refusals). A
 refusal is written from the table too: what each format takes, and where the refused
-value goes (`Format.refused`, `Format.refused_compute_dtype`). docs/export.md's formats table is
-`markdown_table()`; tests/export/test_formats.py holds the two equal.
+value goes (`Format.refused`, `Format.refused_compute_dtype`), and calibration images missing
+where a mode needs them or given where it takes none (`Format.refused_calibration`).
+docs/export.md's formats table is `markdown_table()`; tests/export/test_formats.py holds the two equal.
 
 Adding a format is one module, `keras_cait/export/<name>.py` defining `export_<name>`,
 and one row below.
@@ -35,7 +36,8 @@ class Format:
     refusals: dict = dataclasses.field(default_factory=dict, hash=False)  # {mode: why that mode is refused}
     compute_dtypes: tuple = ("float32",)  # the `compute_dtype=` values it takes, float32 first
     calibrated: tuple = ()  # the modes that need `calibration=` images (NNCF's int8)
-    modes: dict = dataclasses.field(default_factory=dict, hash=False)  # {mode: what it is here}, where not QUANTIZATION_MODES'
+    # {mode: what it is in this format}, where that is not QUANTIZATION_MODES' description
+    modes: dict = dataclasses.field(default_factory=dict, hash=False)
     writes: str = ""  # for docs/export.md: what the destination holds
     runs_on: str = ""  # for docs/export.md: what serves it
 
@@ -128,8 +130,8 @@ class Format:
                      f"{listed([row.example for row in takers], 'or')}.")
         else:
             where = f"No format takes {value}; give one of those, or leave {argument} out."
-        return ArgumentError(argument, value, " ".join(filter(None, [f"{listing}.", f"{why}." if why else None, where])),
-                             usage=True)
+        text = " ".join(filter(None, [f"{listing}.", f"{why}." if why else None, where]))
+        return ArgumentError(argument, value, text, usage=True)
 
     @property
     def _label(self):

@@ -40,13 +40,16 @@ class Quantized:
     kept_float: dict  # role -> how many of its ops stayed float
     images: int = 0
     seconds: float = 0.0
+    note: str = ""  # what was measured of int8's speed on a CPU of this kind, where something was
 
     def __str__(self):
         kept = ", ".join(f"the {count} {ROLE_NAMES[role]}" for role, count in self.kept_float.items() if count)
         if self.quantization == "int8_weights":
-            return f"int8_weights: {self.quantized} weight tensors stored as int8 (NNCF, no calibration)"
-        return (f"int8: {self.quantized} matmuls and convolutions take int8 inputs (NNCF, transformer preset), "
-                f"{kept or 'none'} kept float; calibrated on {self.images} images in {self.seconds:.1f} s")
+            line = f"int8_weights: {self.quantized} weight tensors stored as int8 (NNCF, no calibration)"
+        else:
+            line = (f"int8: {self.quantized} matmuls and convolutions take int8 inputs (NNCF, transformer preset), "
+                    f"{kept or 'none'} kept float; calibrated on {self.images} images in {self.seconds:.1f} s")
+        return f"{line}. {self.note}" if self.note else line
 
 
 def export_openvino(model, path, *, quantization=None, calibration=None, calibration_size=CALIBRATION_SIZE,
@@ -109,8 +112,9 @@ def export_openvino(model, path, *, quantization=None, calibration=None, calibra
     forward = inference_form(model, runtime="onnx")
     if quantization and not isinstance(forward, InferenceGraph):
         raise ArgumentError(
-            "model", None, [Named("quantization", quantization), " takes a CaiT classifier as build_cait makes it "
-                            "(its patch embedding, attention blocks and head; not headless, LoRA or already quantised)"],
+            "model", None, [Named("quantization", quantization),
+                            " takes a CaiT classifier as build_cait makes it (its patch embedding, attention blocks "
+                            "and head; not headless, LoRA or already quantised)"],
             "export this model in float, or merge and rebuild it as a CaiT first", usage=True,
             shown=f"<{model.name}>")
     if quantization in FORMAT.calibrated:
@@ -125,6 +129,7 @@ def export_openvino(model, path, *, quantization=None, calibration=None, calibra
             predictions.get_tensor().set_names({"predictions"})
             if quantization == "int8":
                 converted, done = quantize_int8(converted, images)
+                done = dataclasses.replace(done, note=BF16_CPU_NOTE if bfloat16_without_amx() else "")
             elif quantization == "int8_weights":
                 converted, done = compress_weights_int8(converted)
             openvino.save_model(converted, temporary, compress_to_fp16=False)
@@ -220,7 +225,8 @@ def compress_weights_int8(ov_model):
         compressed = nncf.compress_weights(ov_model, mode=nncf.CompressWeightsMode.INT8_ASYM)
     # The int8 constants but the zero points, (channels, 1) each.
     int8 = sum(op.get_type_name() == "Constant" and op.get_output_element_type(0) in (openvino.Type.u8, openvino.Type.i8)
-               and list(op.get_output_shape(0))[-1:] > [1] for op in compressed.get_ops())
+               and list(op.get_output_shape(0))[-1:] > [1]
+               for op in compressed.get_ops())
     return compressed, Quantized("int8_weights", int8, {})
 
 
@@ -241,6 +247,24 @@ def _quiet():
                 logger.setLevel(level)
 
 
+# What was measured of int8 against bf16 on a CPU with bfloat16 units and no AMX (docs/export.md).
+BF16_CPU_NOTE = ("On this CPU (bfloat16 units, no AMX) OpenVINO's bf16, its default for the float export, was "
+                 "measured as fast as int8 or faster (docs/export.md, OpenVINO int8 with NNCF)")
+
+
+def bfloat16_without_amx():
+    """Whether OpenVINO computes bf16 on this CPU (AVX512-BF16) and the CPU has no AMX int8 tiles
+    (Linux's /proc/cpuinfo; False where it cannot be read)."""
+    import openvino
+
+    try:
+        with open("/proc/cpuinfo") as file:
+            flags = file.read()
+    except OSError:
+        return False
+    return "BF16" in openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES") and " amx_int8" not in flags
+
+
 # === Calibration images ===
 
 
@@ -249,7 +273,8 @@ def _is_folder_name(calibration):
 
 
 def check_calibration_size(calibration_size):
-    if isinstance(calibration_size, bool) or not isinstance(calibration_size, (int, np.integer)) or calibration_size < 1:
+    counts = isinstance(calibration_size, (int, np.integer)) and not isinstance(calibration_size, bool)
+    if not counts or calibration_size < 1:
         raise ArgumentError("calibration_size", calibration_size, "must be a positive number of images",
                             f"e.g. {CALIBRATION_SIZE} (NNCF's default)", usage=True)
 
