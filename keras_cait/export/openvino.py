@@ -9,7 +9,7 @@ import warnings
 
 import numpy as np
 
-from keras_cait.atomic import written_atomically
+from keras_cait.io.atomic import written_atomically
 from keras_cait.errors import ArgumentError, Named, require_extra
 from keras_cait.export.core import (
     check_file,
