@@ -69,7 +69,8 @@ def load_classifier(model, *, weights="imagenet", image_size=None, include_top=T
             None: 0 for a name, its own for a file or a model.
 
     Returns:
-        A `CaiTModel`; a Keras model given at its size, policy and head is returned itself.
+        A `CaiTModel` (with `include_top=False`, the model of its features); a Keras model given
+        at its size, policy and head is returned itself.
 
     Raises:
         `keras_cait.errors.ArgumentError` (a ValueError) naming the argument at fault; a

@@ -155,8 +155,9 @@ def cait(
     "cait_s24_384" (whose resolution is the default input size). `keras_cait.models.load_classifier`
     takes a name too, and a `.keras` file or a model, with `image_size` for `input_shape`.
     """
-    variant, resolution = parse_model_name(variant, argument="variant")
-    side = default_image_size(f"{variant}_{resolution}" if resolution else variant)
+    given = variant
+    variant, _ = parse_model_name(given, argument="variant")
+    side = default_image_size(given)
     config = VARIANTS[variant]
     if input_shape is None:
         if input_tensor is not None:
