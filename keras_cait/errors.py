@@ -5,6 +5,7 @@
     Said             the same for an error of another kind (a download's ConnectionError) that names one
     ExtraMissing     an ImportError naming the optional extra that installs what is missing
     require_extra    imports a module of an optional extra, or raises `ExtraMissing`
+    listed           a list shortened for a message: `a, b, c and 4 more`
 
 `str(error)` speaks Python, one line:
 
@@ -58,6 +59,13 @@ def python_name(named):
     if not named.has_value:
         return named.argument
     return f"{named.argument}={python_value(named.value)}"
+
+
+def listed(items, shown=5):
+    """`a, b, c, d, e and 4 more`: the first `shown` of `items` (as str), the others counted; the one
+    way a message shortens a list (class names, files, keys)."""
+    items = [str(item) for item in items]
+    return ", ".join(items[:shown]) + (f" and {len(items) - shown} more" if len(items) > shown else "")
 
 
 def spoken(parts, name=python_name):

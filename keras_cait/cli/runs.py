@@ -212,9 +212,8 @@ def evaluate_parser():
 def check_arguments(command, args):
     """Refuses flags that cannot work, alone or together, and outputs that cannot be written
     (a `usage` or `fail` error naming the flag), before the run reads data or builds a model.
-    What the recipe and the run decide themselves (a knob's range, a warmup longer than the
-    run, distillation without a teacher) they refuse before they read data too."""
-    check_range("--crop-pct", args.crop_pct, 0.01, 1.0, example=1.0)
+    What the recipe and the run decide themselves (a knob's range, `crop_pct`'s, a warmup longer
+    than the run, distillation without a teacher) they refuse before they read data too."""
     _check_model(args)
     _check_image_size(args)
     for flag in ("--data", "--val-data"):

@@ -72,8 +72,9 @@ class CaiTImageConverter(keras_hub.layers.ImageConverter):
                 )
         if image_size is None:
             raise ValueError("image_size=None: CaiTImageConverter needs the model's (height, width), e.g. (224, 224).")
-        if not 0 < crop_pct <= 1:
-            raise ValueError(f"crop_pct={crop_pct}: must be in (0, 1], e.g. 1.0 (CaiT) or 0.875 (DeiT).")
+        from keras_cait.images.evaluation_transform import check_crop_pct
+
+        check_crop_pct(crop_pct)
         super().__init__(image_size=tuple(image_size), scale=scale, offset=offset, **kwargs)
         self.crop_pct = crop_pct
 

@@ -45,6 +45,8 @@ import re
 import numpy as np
 import tensorflow as tf
 
+from keras_cait.errors import ArgumentError, Named
+
 # PIL's decompression-bomb limit (Image.MAX_IMAGE_PIXELS): a 9,459×9,459 image,
 # 268 MB decoded. Checked from the file header, before anything is decoded.
 MAX_PIXELS = 89_478_485
@@ -335,6 +337,17 @@ def target_size(image_size):
     return int(height), int(width)
 
 
+def check_crop_pct(crop_pct):
+    """`crop_pct`, the fraction of the resized image the centre crop keeps, within (0, 1]; else an
+    `ArgumentError` naming it. The one check of its range: the transform, the keras-hub converter,
+    the runs (before they read data) and so the command line."""
+    if not 0 < crop_pct <= 1:
+        raise ArgumentError("crop_pct", crop_pct, "must be in (0, 1]",
+                            ["e.g. ", Named("crop_pct", 1.0), " (CaiT) or ", Named("crop_pct", 0.875), " (DeiT)"],
+                            usage=True)
+    return crop_pct
+
+
 def crop_geometry(height, width, image_size, crop_pct=1.0):
     """Where the evaluation transform resizes an image and crops it (module docstring).
 
@@ -352,8 +365,7 @@ def crop_geometry(height, width, image_size, crop_pct=1.0):
         [224, 298, 0, 37]
     """
     target_height, target_width = target_size(image_size)
-    if not 0 < crop_pct <= 1:
-        raise ValueError(f"crop_pct={crop_pct}: must be in (0, 1], e.g. 1.0 (CaiT) or 0.875 (DeiT).")
+    check_crop_pct(crop_pct)
     scaled_height = math.floor(target_height / crop_pct)
     scaled_width = math.floor(target_width / crop_pct)
     height, width = tf.cast(height, tf.int64), tf.cast(width, tf.int64)

@@ -11,6 +11,7 @@ import zipfile
 import keras
 import numpy as np
 
+from keras_cait.errors import listed
 from keras_cait.io import atomic
 
 _POINTER = "latest.json"
@@ -132,11 +133,7 @@ def _recipe_differences(output_dir, recipe):
 
 def _shown(value):
     """A setting as a message shows it: a long list of class names shortened."""
-    if not isinstance(value, list):
-        return value
-    if len(value) > 4:
-        return f"[{', '.join(map(str, value[:3]))}, … ({len(value)} in all)]"
-    return f"[{', '.join(map(str, value))}]"
+    return f"[{listed(value, 3)}]" if isinstance(value, list) else value
 
 
 class BackupError(ValueError):

@@ -45,12 +45,13 @@ import keras
 
 from keras_cait.atomic import written_atomically
 from keras_cait.decoder_messages import decoder_messages_dropped
-from keras_cait.model import class_count, with_class_names
+from keras_cait.images.evaluation_transform import check_crop_pct
+from keras_cait.model import with_class_names
 from keras_cait.training import lora, resume, run_data, run_folder, run_models, run_plan, stream, transfer
 from keras_cait.training.callbacks import save_model
 from keras_cait.training.precision import PRECISIONS, check_precision, default_precision
 from keras_cait.training.recipe import RECIPES
-from keras_cait.training.run_errors import RunError, about
+from keras_cait.training.run_errors import RunError
 from keras_cait.training.run_models import default_image_size
 from keras_cait.training.run_plan import compile_for
 
@@ -121,6 +122,7 @@ def train(model, data, output_dir, *, recipe=None, val_data=None, class_names=No
         a `RunResult`: the model (final weights, class names attached) and the summary.
     """
     recipe = RECIPES["deit"] if recipe is None else recipe
+    check_crop_pct(crop_pct)
     run_plan.check_recipe(recipe, teacher, "train")
     run_models.check_teacher(teacher, recipe)
     precision = check_precision(precision, auto=True)
@@ -138,7 +140,7 @@ def train(model, data, output_dir, *, recipe=None, val_data=None, class_names=No
     with distribution.scope():
         classifier = with_class_names(run_models.new_model(model, recipe, image_size, data.train.num_classes),
                                       data.train.class_names)
-        teacher = run_models.teacher_model(teacher, recipe, data.train.num_classes)
+        teacher = run_models.teacher_model(teacher, recipe, data)
         fitted = run_models.fitted(classifier, recipe, teacher)
     run.compile(fitted, jit_compile=jit_compile)
     run.announce()
@@ -173,6 +175,7 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
         a `RunResult`: the model (final weights, class names attached) and the summary.
     """
     recipe = RECIPES["transfer"] if recipe is None else recipe
+    check_crop_pct(crop_pct)
     run_plan.check_recipe(recipe, teacher, "finetune")
     run_models.check_teacher(teacher, recipe)
     val_fraction = run_data.validation_fraction(val_data, val_fraction)
@@ -196,7 +199,7 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
         image_size = default_image_size(model)
     with distribution.scope():
         classifier = run_models.classifier(model, weights, recipe, image_size, precision, data.train.class_names)
-        teacher = run_models.teacher_model(teacher, recipe, data.train.num_classes)
+        teacher = run_models.teacher_model(teacher, recipe, data)
     image_size = classifier.input_shape[1]
     validation = run.validation(image_size, crop_pct)
     run.announce()
@@ -239,7 +242,7 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
 @_decoder_messages_dropped
 def evaluate(model, data, *, weights="imagenet", class_names=None, tfds_dir=None, image_size=None,
              crop_pct=1.0, batch_size=64, precision="float32", verbose=1):
-    """Top-1 (and, from 5 classes, top-5) accuracy of a CaiT on `data`, as CaiT is evaluated
+    """Top-1 (and, above 5 classes, top-5) accuracy of a CaiT on `data`, as CaiT is evaluated
     (resize to `image_size / crop_pct`, centre crop `image_size`).
 
     Args:
@@ -251,6 +254,7 @@ def evaluate(model, data, *, weights="imagenet", class_names=None, tfds_dir=None
         {"top1": ..., "top5": ..., "images": N}.
     """
     check_precision(precision)
+    check_crop_pct(crop_pct)
     keras.mixed_precision.set_global_policy(precision)
     source = run_data.open_source("data", data, class_names, tfds_dir)
     run_data.check_images({"data": (data, source)})
@@ -265,19 +269,11 @@ def evaluate(model, data, *, weights="imagenet", class_names=None, tfds_dir=None
         image_size = image_size or default_image_size(model)
         classifier = run_models.variant(model, weights, input_shape=(image_size, image_size, 3))
     named = model if isinstance(model, (str, os.PathLike)) else classifier.name
-    with about("model", named, ValueError):
-        classes = class_count(classifier)
-    if classes != source.num_classes:
-        raise RunError(f"model={named!r} predicts {classes} classes but data={run_data.given(data)!r} has "
-                       f"{source.num_classes}; evaluate on data with the model's classes in the same (sorted) "
-                       "order.", "data")
-    names = getattr(classifier, "class_names", None)
-    if names is not None and list(names) != [str(name) for name in source.class_names]:
-        raise RunError(f"data={run_data.given(data)!r} has the classes {_listed(source.class_names)} but "
-                       f"model={named!r} was trained on {_listed(names)}; evaluate on data of the model's classes "
-                       "(folder names are classes, in sorted order).", "data")
+    run_models.check_classes(classifier, "model", named, run_data.given(data), source, blamed="data",
+                             advice="evaluate on data of the model's classes, in the model's order (folder "
+                                    "names are classes, in sorted order)")
     metrics = [keras.metrics.SparseTopKCategoricalAccuracy(1, name="top1")]
-    if classes >= 5:
+    if run_plan.reports_top5(source.num_classes):
         metrics.append(keras.metrics.SparseTopKCategoricalAccuracy(5, name="top5"))
     # Keras evaluates a loss in any case; only the accuracies are reported.
     classifier.compile(loss="sparse_categorical_crossentropy", metrics=metrics, jit_compile=False)
@@ -286,8 +282,3 @@ def evaluate(model, data, *, weights="imagenet", class_names=None, tfds_dir=None
     report = {name: float(value) for name, value in results.items() if name != "loss"}
     report["images"] = source.num_examples
     return report
-
-
-def _listed(names):
-    names = [str(name) for name in names]
-    return ", ".join(names) if len(names) <= 6 else f"{', '.join(names[:5])}, … ({len(names)} in all)"

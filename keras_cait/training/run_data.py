@@ -11,6 +11,7 @@ import os
 
 import keras
 
+from keras_cait.errors import listed
 from keras_cait.training import sources
 from keras_cait.training.run_errors import RunError, about
 
@@ -106,8 +107,7 @@ def _check_classes_can_be_split(data, source, val_fraction):
              if count < 2]
     if not alone:
         return
-    folders = ", ".join(repr(folder) for folder in alone[:5]) + (f" and {len(alone) - 5} more"
-                                                                 if len(alone) > 5 else "")
+    folders = listed(map(repr, alone))
     which = f"the class folder {folders} holds" if len(alone) == 1 else f"the class folders {folders} hold"
     raise RunError(
         f"data={shown(data)!r}: {which} 1 image, but val_fraction={val_fraction:g} holds a part of each "

@@ -6,8 +6,9 @@ import os
 import keras
 
 from keras_cait import variants
+from keras_cait.errors import listed
 from keras_cait.layers import PatchEmbedding
-from keras_cait.model import build_cait, with_class_names
+from keras_cait.model import build_cait, class_count, with_class_names
 from keras_cait.training import transfer
 from keras_cait.training.distillation import Distiller
 from keras_cait.training.run_data import given
@@ -32,8 +33,8 @@ def check_teacher(teacher, recipe):
                        "teacher=RegNetY160 or teacher=teacher.keras.", "teacher", usage=True)
 
 
-def teacher_model(teacher, recipe, num_classes):
-    """The frozen teacher of a distilling recipe, or None."""
+def teacher_model(teacher, recipe, data):
+    """The frozen teacher of a distilling recipe, or None; it must predict the classes of `data` (a `Data`)."""
     if recipe.distillation_type == "none":
         return None
     if isinstance(teacher, keras.Model):
@@ -42,10 +43,24 @@ def teacher_model(teacher, recipe, num_classes):
         model = load_keras("teacher", teacher)
     else:
         model = getattr(keras.applications, teacher)(weights="imagenet")
-    if model.output_shape[-1] != num_classes:
-        raise RunError(f"teacher={teacher!r} predicts {model.output_shape[-1]} classes but the data has "
-                       f"{num_classes}; give a teacher trained on the same classes.", "teacher")
+    check_classes(model, "teacher", given(teacher), data.spec, data.train, blamed="teacher",
+                  advice="give a teacher trained on the same classes, in the same order")
     return model
+
+
+def check_classes(model, argument, value, data, source, blamed, advice):
+    """Refuses `model` (given as `argument=value`) where it does not predict the classes of `data`
+    (its `source`): another number of them, or other names where the model has its own
+    (`class_names`); `blamed`: the argument the `RunError` names, `advice`: what to do."""
+    with about(argument, value, ValueError):
+        classes = class_count(model)
+    if classes != source.num_classes:
+        raise RunError(f"{argument}={value!r} predicts {classes} classes but data={data!r} has "
+                       f"{source.num_classes}; {advice}.", blamed)
+    names = getattr(model, "class_names", None)
+    if names is not None and list(names) != [str(name) for name in source.class_names]:
+        raise RunError(f"data={data!r} has the classes {listed(source.class_names)} but {argument}={value!r} "
+                       f"was trained on {listed(names)}; {advice}.", blamed)
 
 
 def fitted(model, recipe, teacher):

@@ -60,9 +60,15 @@ def fit_batch(recipe, distribution, data):
     return recipe.replace(batch_size=fits)
 
 
+def reports_top5(num_classes):
+    """Whether a run reports top-5 accuracy for `num_classes` classes: above 5 (of 5 or fewer,
+    every label is in the top 5 and top-5 accuracy is always 100 %); training and evaluation alike."""
+    return num_classes > 5
+
+
 def _metrics(num_classes):
     metrics = [keras.metrics.CategoricalAccuracy(name="accuracy")]
-    if num_classes > 5:
+    if reports_top5(num_classes):
         metrics.append(keras.metrics.TopKCategoricalAccuracy(5, name="top5"))
     return metrics
 

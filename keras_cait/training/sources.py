@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from keras_cait.io.atomic import written_atomically
 from keras_cait.images.decoder_messages import decoder_messages_dropped
-from keras_cait.errors import ArgumentError, Named, python_name
+from keras_cait.errors import ArgumentError, Named, listed, python_name
 from keras_cait.images.evaluation_transform import (
     HEADER_BYTES,
     IMAGE_EXTENSIONS,
@@ -100,7 +100,7 @@ def image_folder(directory):
             f"{_others([path for _, found in empty for path in found])}."
         )
     if empty:
-        folders = _listed([repr(folder) for folder, _ in empty])
+        folders = listed([repr(folder) for folder, _ in empty])
         others = _others([path for _, found in empty for path in found])
         raise ValueError(
             f"The class folder {folders} holds no images ({_IMAGE_FILES}){others}; "
@@ -121,14 +121,9 @@ def image_folder(directory):
     )
 
 
-def _listed(names, shown=5):
-    """`a, b, c and 4 more`: the first `shown` of `names`."""
-    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
-
-
 def _others(paths):
     """`, only files of other formats: a.tiff, b.heic` where a folder holds those, else ``."""
-    return f", only files of other formats: {_listed(paths)}" if paths else ""
+    return f", only files of other formats: {listed(paths)}" if paths else ""
 
 
 def skipped_files(what, source):
@@ -139,7 +134,7 @@ def skipped_files(what, source):
         return None
     count = f"{len(skipped)} files are" if len(skipped) > 1 else "1 file is"
     return (f"{what}: {count} not read, for an extension other than {', '.join(IMAGE_EXTENSIONS)} "
-            f"({IMAGE_FORMATS}): {_listed(skipped, 10)}. Convert them to one of those formats to use them, "
+            f"({IMAGE_FORMATS}): {listed(skipped, 10)}. Convert them to one of those formats to use them, "
             "or move them out of the class folders.")
 
 
@@ -252,7 +247,7 @@ def source(spec, class_names=None, data_dir=None):
     folder = image_folder(spec)
     if class_names is not None and [str(name) for name in class_names] != folder.class_names:
         raise ArgumentError(
-            "class_names", list(class_names), f"the folder {spec!r} has the classes {_listed(folder.class_names)}: "
+            "class_names", list(class_names), f"the folder {spec!r} has the classes {listed(folder.class_names)}: "
             "a folder's classes are its subfolders, in sorted order",
             ["leave ", Named("class_names"), " out for a folder, or give those names in that order"], usage=True)
     return folder
@@ -727,7 +722,7 @@ def _search(named):
 def _names(bad, reasons=True):
     """`a.jpg (reason), b.jpg (reason) and 3 more`: the first `BAD_IMAGES_SHOWN`, sorted."""
     bad = sorted(bad, key=lambda undecodable: undecodable.name)
-    return _listed([f"{undecodable.name} ({undecodable.reason})" if reasons else undecodable.name
+    return listed([f"{undecodable.name} ({undecodable.reason})" if reasons else undecodable.name
                     for undecodable in bad], BAD_IMAGES_SHOWN)
 
 

@@ -11,6 +11,7 @@ import pickle
 
 import numpy as np
 
+from keras_cait.errors import listed
 from keras_cait.layers.position_embedding import resize_position_embedding, source_grid_of
 
 
@@ -84,10 +85,8 @@ def timm_key_map(model, head=None):
         yield from _dense("head", head)
 
 
-def _describe(keys, limit=8):
-    keys = sorted(keys)
-    shown = ", ".join(keys[:limit])
-    return shown + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
+def _describe(keys):
+    return listed(sorted(keys), 8)
 
 
 def nonfinite_error(names, source):
