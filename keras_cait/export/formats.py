@@ -194,7 +194,8 @@ FORMATS = (
 
 EXPORTERS = tuple(row.exporter for row in FORMATS)
 # The images NNCF's int8 calibrates on by default (`calibration_size`): NNCF's own default
-# (`nncf.quantize`'s subset_size); S24 calibrates on them in minutes on 2 cores.
+# (`nncf.quantize`'s subset_size). CaiT-XXS24 calibrated on 300 photos in 190 s on 2 cores that
+# other jobs shared (load average 8); docs/export.md.
 CALIBRATION_SIZE = 300
 
 # What each `quantization` mode is, for `keras-cait export --help`; docs/export.md tells more.
