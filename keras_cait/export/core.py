@@ -95,7 +95,7 @@ def check_quantization(path, quantization):
     """Raises unless the export to `path` (the format from its suffix) takes `quantization`."""
     refused = format_of(path).refused(quantization)
     if refused:
-        raise ValueError(refused)
+        raise refused
 
 
 def check_version_folder(path, overwrite):
