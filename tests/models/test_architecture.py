@@ -356,3 +356,116 @@ def test_class_names_of_a_model_its_own_else_imagenet_s_for_1000_classes(tiny_ca
     assert class_names_of(imagenet) == [name for _, name in imagenet_classes()]
     assert class_names_of(imagenet, wordnet_ids=True)[281] == "tabby (n02123045)"
     assert class_names_of(tiny_cait(classes=7)) is None
+
+
+# === Images that do not fit the model (every call path) ===
+
+
+@pytest.mark.parametrize(
+    "shape, fix",
+    [
+        ((1, 16, 64, 3), r"resize and centre-crop them to 32×32 .* input_shape=\(16, 64, 3\)"),
+        ((1, 32, 32, 1), r"3 channels; convert grayscale to RGB"),
+        ((1, 32, 32, 4), r"3 channels; drop the alpha channel"),
+        ((32, 32, 3), r"for one image add the batch axis: images\[None\]"),
+        ((1, 1, 32, 32, 3), r"reshape them to one batch axis"),
+        ((0, 32, 32, 3), r"a batch of 0 images"),
+    ],
+    ids=["same_patch_count", "one_channel", "rgba", "rank_3", "rank_5", "empty_batch"],
+)
+@pytest.mark.parametrize("path", ["call", "predict", "predict_dataset", "as_a_layer"])
+def test_images_of_another_shape_are_refused(tiny_cait, shape, fix, path):
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    model = tiny_cait(name="tiny")
+    images = np.zeros(shape, "float32")
+    calls = {
+        "call": lambda: model(images),
+        "predict": lambda: model.predict(images, verbose=0),
+        # A dataset of these batches (one batch of them, whatever their rank).
+        "predict_dataset": lambda: model.predict(
+            tf.data.Dataset.from_tensors(images), verbose=0
+        ),
+        "as_a_layer": lambda: keras.layers.Dense(2)(model(keras.Input(batch_shape=shape))),
+    }
+    with pytest.raises(ValueError, match=fix) as error:
+        calls[path]()
+
+    assert f"images of shape {shape}: " in str(error.value)
+    assert "tiny takes images of shape (batch, 32, 32, 3)" in str(error.value)
+
+
+def test_the_image_check_adds_no_op_to_the_traced_graph(tiny_cait):
+    import keras
+    import tensorflow as tf
+
+    model = tiny_cait()
+    unchecked = keras.Model(model.inputs, model.outputs)  # Keras' own Functional, same layers
+    spec = tf.TensorSpec((None, 32, 32, 3), tf.float32)
+
+    def ops(m):
+        graph = tf.function(lambda x: m(x, training=False)).get_concrete_function(spec).graph
+        return sorted(op.type for op in graph.get_operations())
+
+    assert ops(model) == ops(unchecked)
+
+
+def test_the_image_check_survives_saving(tiny_cait, tmp_path):
+    import keras
+    import numpy as np
+
+    tiny_cait().save(tmp_path / "tiny.keras")
+    loaded = keras.models.load_model(tmp_path / "tiny.keras")
+
+    with pytest.raises(ValueError, match="3 channels; convert grayscale to RGB"):
+        loaded.predict(np.zeros((1, 32, 32, 1)), verbose=0)
+
+
+def test_images_with_other_channels_than_a_non_rgb_model_are_refused(tiny_cait):
+    import numpy as np
+
+    model = tiny_cait(input_shape=(32, 32, 2), include_preprocessing=False)
+
+    with pytest.raises(ValueError, match=r"images of shape \(1, 32, 32, 3\): .* 2 channels; give "
+                                         r"2-channel images, or build the model with "
+                                         r"input_shape=\(32, 32, 3\) and include_preprocessing=False"):
+        model.predict(np.zeros((1, 32, 32, 3)), verbose=0)
+
+
+@pytest.mark.parametrize("images, spec", [
+    ((1, 16, 64, 3), (None, None, None, 3)),  # as many patches as 32×32
+    ((1, 32, 32, 1), (None, None, None, None)),
+], ids=["16x64", "one_channel"])
+def test_a_shape_left_open_until_run_time_is_checked_in_the_graph(tiny_cait, images, spec):
+    import re
+
+    import numpy as np
+    import tensorflow as tf
+
+    model = tiny_cait()
+    right = np.random.default_rng(0).uniform(0, 255, (2, 32, 32, 3)).astype("float32")
+
+    def pipeline(*batches):
+        return tf.data.Dataset.from_generator(
+            lambda: iter(batches), output_signature=tf.TensorSpec(spec, tf.float32)
+        )
+
+    # The second batch's shape differs from the first's: Keras traces predict again with the
+    # shape relaxed to the spec's, and the static check sees (None, None, None, ...).
+    shown = ", ".join(str(side) for side in images)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(f"images of shape [{shown}]: ")):
+        model.predict(pipeline(right, np.zeros(images, "float32"), right[:1]), verbose=0)
+    np.testing.assert_allclose(
+        model.predict(pipeline(right, right[:1]), verbose=0),
+        model.predict(np.concatenate([right, right[:1]]), verbose=0), rtol=1e-5, atol=1e-7,
+    )
+
+
+@pytest.mark.parametrize("images", [
+    np.array([["cat.jpg"]]), np.array([b"\x89PNG"], dtype=object),
+], ids=["file_names", "encoded_bytes"])
+def test_text_given_to_predict_is_a_type_error_with_the_fix(tiny_cait, images):
+    with pytest.raises(TypeError, match="takes pixels as numbers .*load_image"):
+        tiny_cait().predict(images, verbose=0)

@@ -7,10 +7,12 @@ the row is tests/test_parity.py's `test_every_variant_matches_timm_s_cait_built_
 
 import functools
 import inspect
+import os
 import pathlib
 import pickle
 import pydoc
 import re
+import socket
 
 import numpy as np
 import pytest
@@ -18,7 +20,8 @@ import pytest
 import keras_cait
 from keras_cait.models import variants
 from keras_cait.models.variants import VARIANTS
-from keras_cait.weights import CHECKPOINTS
+from keras_cait.weights import CHECKPOINTS, load_weights_file
+from keras_cait.weights.registry import HUB_URL_ENV
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
 TABLE_PAGES = ("README.md", "docs/weights.md")
@@ -178,3 +181,140 @@ def test_the_code_s_table_has_each_row_with_its_numbers_and_checkpoints():
         resolutions = [str(CHECKPOINTS[arch]["resolution"]) for arch in CHECKPOINTS
                        if arch.split("_")[1] == variant.lower()]
         assert released == (", ".join(resolutions) or "—")
+
+
+# === Mistakes in a constructor's arguments: one error naming the value and what is allowed ===
+# Apart from the one about the network, every error comes before any download: `urlopen` fails the
+# test if called, and the cache stays empty.
+
+
+@pytest.fixture
+def offline(no_network, keras_cache):
+    yield
+    assert not os.path.exists(keras_cache) or not os.listdir(keras_cache)
+
+
+@pytest.fixture
+def tiny_checkpoint(timm_reference):
+    """A valid timm checkpoint, of a CaiT that is none of the released variants."""
+    return timm_reference.save(timm_reference.tiny_model())
+
+
+@pytest.mark.parametrize("weights", [None, "imagenet"])
+@pytest.mark.parametrize(
+    "input_shape, suggestion",
+    [((230, 230, 3), "e.g. (224, 224, 3)"), ((224, 210, 3), "e.g. (224, 208, 3)")],
+)
+def test_sides_must_be_multiples_of_16(offline, weights, input_shape, suggestion):
+    with pytest.raises(ValueError) as error:
+        keras_cait.CaiT_XXS24(weights=weights, input_shape=input_shape)
+
+    message = str(error.value)
+    assert f"input_shape {input_shape}" in message
+    assert "multiples of the patch size 16" in message
+    assert suggestion in message
+
+
+@pytest.mark.parametrize("weights", ["imagenet", "checkpoint"])
+def test_pretrained_weights_need_3_channels(offline, tiny_checkpoint, weights):
+    weights = tiny_checkpoint if weights == "checkpoint" else weights
+
+    with pytest.raises(ValueError, match=r"input_shape=\(224, 224, 1\): pretrained weights need 3 "
+                                         r"channels .*\(224, 224, 3\); for 1 channels use weights=None, "
+                                         r"include_preprocessing=False"):
+        keras_cait.CaiT_XXS24(weights=weights, input_shape=(224, 224, 1))
+
+
+def test_imagenet_normalisation_needs_3_channels(offline):
+    with pytest.raises(ValueError, match=r"input_shape \(224, 224, 1\): include_preprocessing normalises "
+                                         r"RGB .* use include_preprocessing=False"):
+        keras_cait.CaiT_XXS24(weights=None, input_shape=(224, 224, 1))
+
+
+def test_one_channel_is_fine_without_pretrained_weights_and_normalisation(offline, tiny_cait):
+    model = tiny_cait(input_shape=(32, 32, 1), include_preprocessing=False)
+
+    assert model.input_shape == (None, 32, 32, 1)
+
+
+def test_imagenet_head_has_1000_classes(offline):
+    with pytest.raises(ValueError, match=r"classes=10: the ImageNet head has 1000 classes.*"
+                                         r"include_top=False.*weights=None"):
+        keras_cait.CaiT_XXS24(weights="imagenet", classes=10)
+
+
+@pytest.mark.parametrize("weights", ["imagenet21k", "IMAGENET", "model.bin", 3])
+def test_unknown_weights_name_lists_the_valid_ones(offline, weights):
+    with pytest.raises(ValueError) as error:
+        keras_cait.CaiT_XXS24(weights=weights)
+
+    message = str(error.value)
+    assert f"weights={weights!r}" in message
+    assert "give weights='imagenet', weights=None or the path of a .safetensors, .pth, .pt or .weights.h5 file" in message
+
+
+def test_checkpoint_of_another_variant_names_the_keys(offline, tiny_checkpoint):
+    with pytest.raises(ValueError) as error:
+        keras_cait.CaiT_XXS24(weights=tiny_checkpoint)
+
+    message = str(error.value)
+    assert str(tiny_checkpoint) in message
+    assert "'cait_xxs24' (24 blocks, width 192)" in message
+    assert "missing keys: blocks.10." in message  # the tiny one has 2 blocks
+    assert "keys whose shape does not fit: blocks.0.attn.proj.bias (64,)" in message
+    assert "another CaiT variant" in message
+
+
+def test_checkpoint_with_another_head_names_the_head_keys(offline, timm_reference, tiny_cait):
+    path = timm_reference.save(timm_reference.tiny_model(num_classes=10))
+
+    with pytest.raises(ValueError, match=r"does not fit: head\.bias \(10,\), head\.weight \(10, 64\)\."):
+        load_weights_file(tiny_cait(classes=1000), path)
+
+
+def test_variant_without_released_checkpoint_says_so(offline):
+    with pytest.raises(ValueError) as error:
+        keras_cait.CaiT_XS36(weights="imagenet")
+
+    message = str(error.value)
+    assert "CaiT_XS36 has no released ImageNet checkpoint" in message
+    # The variants that have one, named as the registry's timm archs name them (cait_s24_224: S24).
+    released = {arch.split("_")[1].upper() for arch in CHECKPOINTS}
+    assert f"variants with one: {', '.join(v for v in keras_cait.VARIANTS if v in released)};" in message
+    assert "weights=None" in message
+
+
+def test_missing_weights_file_names_the_path(offline, tmp_path):
+    path = str(tmp_path / "absent.safetensors")
+
+    with pytest.raises(ValueError, match=f"weights={path!r}: no such file"):
+        keras_cait.CaiT_XXS24(weights=path)
+
+
+@pytest.mark.large
+def test_imagenet_without_network_names_the_url_and_how_to_pass_a_local_file(keras_cache, monkeypatch):
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    monkeypatch.setenv(HUB_URL_ENV, f"http://127.0.0.1:{port}")
+
+    with pytest.raises(ConnectionError) as error:
+        keras_cait.CaiT_XXS24(weights="imagenet")
+
+    message = str(error.value)
+    assert f"http://127.0.0.1:{port}/cait_xxs24_224.fb_dist_in1k/resolve/main/model.safetensors" in message
+    assert "weights='/path/to/model.safetensors'" in message
+    assert "XXS24_224.pth" in message
+    assert not os.listdir(keras_cache)
+
+
+def test_zero_channels_are_refused(offline):
+    with pytest.raises(ValueError, match=r"input_shape \(32, 32, 0\): the number of channels must "
+                                         r"be a positive integer, e.g. \(32, 32, 3\)"):
+        keras_cait.CaiT_XXS24(weights=None, input_shape=(32, 32, 0), include_preprocessing=False)
+
+
+def test_weights_given_as_bytes_are_refused_with_the_fix(offline, tiny_checkpoint):
+    with pytest.raises(ValueError, match=r"bytes of bytes, not a name or path; give weights='imagenet', .* write "
+                                         r"it to a file and pass its path$"):
+        keras_cait.CaiT_XXS24(weights=tiny_checkpoint.read_bytes(), input_shape=(32, 32, 3))
