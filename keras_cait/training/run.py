@@ -156,7 +156,8 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
              class_names=None, tfds_dir=None, image_size=None, crop_pct=1.0, precision="auto",
              strategy="none", seed=0, deterministic=False, jit_compile=True, lora_rank=0, teacher=None,
              backup_every=200, cache=False, shuffle_buffer=None, verbose=1, fit_batch_to_data=False):
-    """Fine-tunes a CaiT on new classes with `recipe` (default `RECIPES["transfer"]`): a new head
+    """Fine-tunes a CaiT on new classes with `recipe` (default `RECIPES["transfer"]`; with
+    `weights=None`, random weights, `RECIPES["scratch"]`, which says so): a new head
     alone for `recipe.head_epochs`, the backbone frozen, then the whole network (or, with
     `lora_rank`, rank-R LoRA updates of the attention projections and the head) for
     `recipe.epochs`, at any `image_size` (the position embedding is resized).
@@ -174,6 +175,11 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
     Returns:
         a `RunResult`: the model (final weights, class names attached) and the summary.
     """
+    if recipe is None and weights is None and not run_models.is_file(model):
+        recipe = RECIPES["scratch"]
+        print("weights=None: random weights, so the run trains with RECIPES['scratch'], the recipe that learns from "
+              "them on a small folder (RECIPES['transfer'] fine-tunes pretrained ones; recipe= picks another).",
+              flush=True)
     recipe = RECIPES["transfer"] if recipe is None else recipe
     check_crop_pct(crop_pct)
     run_plan.check_recipe(recipe, teacher, "finetune")

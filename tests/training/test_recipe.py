@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import os
 
 import keras
 import numpy as np
@@ -140,6 +141,46 @@ def test_the_demo_trains_with_its_recipe_compiled_as_a_run_compiles():
     run.compile_for(model, RECIPES["scratch"], RECIPES["scratch"].batch_size, steps_per_epoch=10)
     assert isinstance(model.optimizer, keras.optimizers.AdamW)
     assert float(model.optimizer.learning_rate) == pytest.approx(RECIPES["scratch"].warmup_lr, rel=1e-4)
+
+
+def sample_photo_crops(root, per_photo, columns, seed, side=96):
+    """`per_photo` random `side`-pixel crops of each of scikit-learn's two sample photos (china.jpg,
+    flower.jpg: one class each), taken within `columns` (fractions of the photo's width), as PNGs."""
+    from PIL import Image
+    from sklearn.datasets import load_sample_images
+
+    rng = np.random.default_rng(seed)
+    photos = load_sample_images()
+    for path, photo in zip(photos.filenames, photos.images):
+        folder = root / os.path.splitext(os.path.basename(path))[0]
+        folder.mkdir(parents=True)
+        height, width = photo.shape[:2]
+        low, high = int(columns[0] * width), int(columns[1] * width) - side
+        for index in range(per_photo):
+            top, left = rng.integers(0, height - side), rng.integers(low, high)
+            Image.fromarray(photo[top:top + side, left:left + side]).save(folder / f"{index}.png")
+    return root
+
+
+@pytest.mark.large
+def test_finetune_from_random_weights_takes_the_scratch_recipe_and_learns_two_real_photos(tmp_path, capsys):
+    """`finetune(..., weights=None)` without a recipe trains with RECIPES["scratch"], says so, and
+    tells crops of two photos apart on the parts of them it never saw (the right third), well above
+    chance (measured 98.75 % in 2.5 min on 2 cores). The transfer recipe, the default with ImageNet
+    weights (1.25e-6 at this batch), stays at chance there."""
+    from keras_cait.training import run
+
+    train = sample_photo_crops(tmp_path / "train", 80, (0.0, 0.6), seed=0)
+    held_out = sample_photo_crops(tmp_path / "held_out", 40, (0.65, 1.0), seed=1)
+
+    result = run.finetune("XXS24", train, tmp_path / "run", weights=None, image_size=64, val_fraction=0,
+                          verbose=0)
+
+    assert Recipe.load(str(tmp_path / "run" / "recipe.json")) == RECIPES["scratch"]
+    said = [line for line in capsys.readouterr().out.splitlines() if "RECIPES['scratch']" in line]
+    assert len(said) == 1 and "weights=None" in said[0], said
+    report = run.evaluate(result.model, held_out, verbose=0)
+    assert report["images"] == 80 and report["top1"] >= 0.8, report
 
 
 def test_clip_grad_clips_the_global_norm_as_timm_does():
