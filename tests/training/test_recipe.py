@@ -166,8 +166,8 @@ def sample_photo_crops(root, per_photo, columns, seed, side=96):
 def test_finetune_from_random_weights_takes_the_scratch_recipe_and_learns_two_real_photos(tmp_path, capsys):
     """`finetune(..., weights=None)` without a recipe trains with RECIPES["scratch"], says so, and
     tells crops of two photos apart on the parts of them it never saw (the right third), well above
-    chance (measured 98.75 % in 2.5 min on 2 cores). The transfer recipe, the default with ImageNet
-    weights (1.25e-6 at this batch), stays at chance there."""
+    chance (measured 91 %, 3 min of CPU time on 2 cores). The transfer recipe, the default with
+    ImageNet weights, stays at chance there (measured 50 %)."""
     from keras_cait.training import run
 
     train = sample_photo_crops(tmp_path / "train", 80, (0.0, 0.6), seed=0)
@@ -180,7 +180,7 @@ def test_finetune_from_random_weights_takes_the_scratch_recipe_and_learns_two_re
     said = [line for line in capsys.readouterr().out.splitlines() if "RECIPES['scratch']" in line]
     assert len(said) == 1 and "weights=None" in said[0], said
     report = run.evaluate(result.model, held_out, verbose=0)
-    assert report["images"] == 80 and report["top1"] >= 0.8, report
+    assert report["images"] == 80 and report["top1"] >= 0.75, report
 
 
 def test_clip_grad_clips_the_global_norm_as_timm_does():
