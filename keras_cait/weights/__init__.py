@@ -10,12 +10,7 @@ from keras_cait.weights.convert import (
     checkpoint_grid, load_state_dict, nonfinite_error, read_checkpoint, timm_key_map,
 )
 from keras_cait.weights.download import DownloadError, cache_dir, cached_checkpoint, size_bound, with_imagenet_checkpoint
-from keras_cait.weights.registry import CHECKPOINTS
-
-# The files a `weights=` argument takes, everywhere (`keras_cait.models.checked_weights`): a timm or
-# DeiT checkpoint (.safetensors; .pth and .pt, PyTorch's files, read with torch.load(weights_only=True))
-# or keras_cait's own Keras weights (`keras-cait convert`, `model.save_weights`).
-WEIGHT_FILES = (".safetensors", ".pth", ".pt", ".weights.h5")
+from keras_cait.weights.registry import CHECKPOINTS, WEIGHT_FILES
 
 __all__ = [
     "CHECKPOINTS",

@@ -46,13 +46,11 @@ def instead_of_imagenet(arch, cache=None):
     """The end of every error of getting `arch`'s ImageNet weights (no network, a broken mirror):
     what works without them, random weights with the recipe that trains from them or a checkpoint
     file of a kind `weights=` reads, and (given) the `cache` the downloads go to."""
-    from keras_cait.weights import WEIGHT_FILES  # the package's, which imports this module
-
     cached = f"; downloaded weights are cached in {cache}" if cache else ""
     return ("Without them, ", Named("weights", None), " trains from random weights (with "
             "keras_cait.training.RECIPES['scratch'], the recipe that learns from them on a small folder), "
-            "or pass a checkpoint file: ", LOCAL_FILE, f" (a {', '.join(WEIGHT_FILES[:-1])} or "
-            f"{WEIGHT_FILES[-1]} file, e.g. the official {registry.official_pth(arch)}){cached}.")
+            "or pass a checkpoint file: ", LOCAL_FILE, f" (a {', '.join(registry.WEIGHT_FILES[:-1])} or "
+            f"{registry.WEIGHT_FILES[-1]} file, e.g. the official {registry.official_pth(arch)}){cached}.")
 
 
 class CacheError(Said, OSError):

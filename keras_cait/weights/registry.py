@@ -1,4 +1,5 @@
-"""The released CaiT checkpoints: where each one lives and how to verify it.
+"""The released CaiT checkpoints: where each one lives and how to verify it; the kinds of
+weights file a `weights=` argument reads (`WEIGHT_FILES`).
 
 All are ImageNet-1k, distilled (`fb_dist_in1k`), float32, Apache-2.0, from the
 CaiT authors, re-hosted by timm on the Hugging Face hub as `model.safetensors`
@@ -16,6 +17,11 @@ import os
 TAG = "fb_dist_in1k"
 HUB_URL = "https://huggingface.co/timm"
 HUB_URL_ENV = "KERAS_CAIT_HUB_URL"  # overrides HUB_URL, e.g. a mirror or a test server
+
+# The files a `weights=` argument takes, everywhere (`keras_cait.models.checked_weights`): a timm or
+# DeiT checkpoint (.safetensors; .pth and .pt, PyTorch's files, read with torch.load(weights_only=True))
+# or keras_cait's own Keras weights (`keras-cait convert`, `model.save_weights`).
+WEIGHT_FILES = (".safetensors", ".pth", ".pt", ".weights.h5")
 
 #   timm arch           resolution   top-1   sha256 of model.safetensors (None: not pinned)
 CHECKPOINTS = {
