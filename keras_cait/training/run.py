@@ -40,6 +40,7 @@ summary) and `run_errors` (`RunError`).
 import dataclasses
 import functools
 import os
+import warnings
 
 import keras
 
@@ -47,12 +48,26 @@ from keras_cait.atomic import written_atomically
 from keras_cait.decoder_messages import decoder_messages_dropped
 from keras_cait.images.evaluation_transform import check_crop_pct
 from keras_cait.model import with_class_names
-from keras_cait.training import lora, resume, run_data, run_folder, run_models, run_plan, stream, transfer
+from keras_cait.errors import Named
+from keras_cait.models.architecture import checked_image_size
+from keras_cait.models.loader import is_keras_file
+from keras_cait.models.variants import checked_weights, default_image_size
+from keras_cait.training import (
+    lora,
+    resume,
+    run_data,
+    run_folder,
+    run_models,
+    run_plan,
+    run_state,
+    sources,
+    stream,
+    transfer,
+)
 from keras_cait.training.callbacks import save_model
 from keras_cait.training.precision import PRECISIONS, check_precision, default_precision
 from keras_cait.training.recipe import RECIPES
-from keras_cait.training.run_errors import RunError
-from keras_cait.training.run_models import default_image_size
+from keras_cait.training.run_errors import RunError, about
 from keras_cait.training.run_plan import compile_for
 
 __all__ = ["PRECISIONS", "RunError", "RunResult", "compile_for", "default_image_size", "default_precision",
@@ -61,24 +76,40 @@ __all__ = ["PRECISIONS", "RunError", "RunResult", "compile_for", "default_image_
 
 @dataclasses.dataclass
 class RunResult:
-    """What a run returns: the trained model (class names attached) and its summary.
+    """What a run returns: the model (class names attached) and its summary.
 
-    `summary` holds `output_dir`, `files` ({name: what it is} of the files in it), `best` (the
-    best epoch's record, or None), `finished_earlier` (a rerun of a finished run: nothing was
-    trained) and `resumed` (the stages that resumed from a backup, with their step).
+    Of `train` and `finetune`: the trained model; `summary` holds `output_dir`, `files` ({name:
+    what it is} of the files in it), `best` (the best epoch's record, or None),
+    `finished_earlier` (a rerun of a finished run: nothing was trained) and `resumed` (the stages
+    that resumed from a backup, with their step). Of `evaluate`: the model evaluated (in the
+    precision asked for); `summary` holds `top1`, `top5` (above 5 classes) and `images`.
+
+    `result["top1"]`, the dict `evaluate` returned before, reads the summary, with a
+    DeprecationWarning: give `result.summary["top1"]`.
     """
 
     model: keras.Model
     summary: dict
 
+    def _as_dict(self):
+        warnings.warn("A run's result is a RunResult, no longer a dict: read result.summary[...] (result[...], "
+                      "keys(), items(), get() and `in` go there, for now).", DeprecationWarning, stacklevel=3)
+        return self.summary
 
-def _configure(precision, seed, deterministic=False):
-    keras.utils.set_random_seed(seed)
-    if deterministic:
-        import tensorflow as tf
+    def __getitem__(self, key):
+        return self._as_dict()[key]
 
-        tf.config.experimental.enable_op_determinism()
-    keras.mixed_precision.set_global_policy(precision)
+    def __contains__(self, key):
+        return key in self._as_dict()
+
+    def get(self, key, default=None):
+        return self._as_dict().get(key, default)
+
+    def keys(self):
+        return self._as_dict().keys()
+
+    def items(self):
+        return self._as_dict().items()
 
 
 # === The runs ===
@@ -97,6 +128,7 @@ def _decoder_messages_dropped(run_function):
 
 
 @_decoder_messages_dropped
+@run_state.process_state_kept
 def train(model, data, output_dir, *, recipe=None, val_data=None, class_names=None, tfds_dir=None,
           image_size=224, crop_pct=1.0, precision="auto", strategy="none", seed=0,
           deterministic=False, jit_compile=True, teacher=None, backup_every=1000, cache=False,
@@ -123,6 +155,8 @@ def train(model, data, output_dir, *, recipe=None, val_data=None, class_names=No
     """
     recipe = RECIPES["deit"] if recipe is None else recipe
     check_crop_pct(crop_pct)
+    with about("image_size", image_size):
+        image_size = checked_image_size(image_size, model.get("patch_size", 16) if isinstance(model, dict) else 16)
     run_plan.check_recipe(recipe, teacher, "train")
     run_models.check_teacher(teacher, recipe)
     precision = check_precision(precision, auto=True)
@@ -130,7 +164,7 @@ def train(model, data, output_dir, *, recipe=None, val_data=None, class_names=No
     settings = run_folder.settings(model=model, data=given(data), val_data=given(val_data), class_names=class_names,
                                    tfds_dir=tfds_dir, image_size=image_size, crop_pct=crop_pct, precision=precision,
                                    seed=seed, teacher=given(teacher), shuffle_buffer=shuffle_buffer)
-    _configure(precision, seed, deterministic)
+    run_state.seed(seed, deterministic)
     distribution = run_plan.distribution(strategy)
     data = run_data.open_data(data, val_data, 0, class_names, tfds_dir, seed)
     run = run_folder.Run("train", settings, recipe, data, distribution, output_dir, verbose, fit_batch_to_data)
@@ -138,9 +172,9 @@ def train(model, data, output_dir, *, recipe=None, val_data=None, class_names=No
     if run.record.finished("train"):
         return RunResult(*run.finished_earlier(final))
     with distribution.scope():
-        classifier = with_class_names(run_models.new_model(model, recipe, image_size, data.train.num_classes),
-                                      data.train.class_names)
-        teacher = run_models.teacher_model(teacher, recipe, data)
+        classifier = with_class_names(
+            run_models.new_model(model, recipe, image_size, data.train.num_classes, precision), data.train.class_names)
+        teacher = run_models.teacher_model(teacher, recipe, data, precision)
         fitted = run_models.fitted(classifier, recipe, teacher)
     run.compile(fitted, jit_compile=jit_compile)
     run.announce()
@@ -152,6 +186,7 @@ def train(model, data, output_dir, *, recipe=None, val_data=None, class_names=No
 
 
 @_decoder_messages_dropped
+@run_state.process_state_kept
 def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_data=None, val_fraction=None,
              class_names=None, tfds_dir=None, image_size=None, crop_pct=1.0, precision="auto",
              strategy="none", seed=0, deterministic=False, jit_compile=True, lora_rank=0, teacher=None,
@@ -175,13 +210,18 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
     Returns:
         a `RunResult`: the model (final weights, class names attached) and the summary.
     """
-    if recipe is None and weights is None and not run_models.is_file(model):
+    with about("weights", weights):
+        random_weights = not isinstance(model, keras.Model) and not is_keras_file(model) and (
+            checked_weights(weights) is None)
+    if recipe is None and random_weights:
         recipe = RECIPES["scratch"]
         print("weights=None: random weights, so the run trains with RECIPES['scratch'], the recipe that learns from "
               "them on a small folder (RECIPES['transfer'] fine-tunes pretrained ones; recipe= picks another).",
               flush=True)
     recipe = RECIPES["transfer"] if recipe is None else recipe
     check_crop_pct(crop_pct)
+    with about("image_size", image_size):
+        image_size = None if image_size is None else checked_image_size(image_size)
     run_plan.check_recipe(recipe, teacher, "finetune")
     run_models.check_teacher(teacher, recipe)
     val_fraction = run_data.validation_fraction(val_data, val_fraction)
@@ -192,7 +232,7 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
                                    tfds_dir=tfds_dir, image_size=image_size, crop_pct=crop_pct, precision=precision,
                                    seed=seed, lora_rank=lora_rank, teacher=given(teacher),
                                    shuffle_buffer=shuffle_buffer)
-    _configure(precision, seed, deterministic)
+    run_state.seed(seed, deterministic)
     distribution = run_plan.distribution(strategy)
     data = run_data.open_data(data, val_data, val_fraction, class_names, tfds_dir, seed)
     run = run_folder.Run("finetune", settings, recipe, data, distribution, output_dir, verbose, fit_batch_to_data)
@@ -201,11 +241,9 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
     if run.record.finished(last_stage):
         return RunResult(*run.finished_earlier(os.path.join(run.output_dir, "final.keras")))
 
-    if image_size is None and not run_models.is_file(model):
-        image_size = default_image_size(model)
     with distribution.scope():
         classifier = run_models.classifier(model, weights, recipe, image_size, precision, data.train.class_names)
-        teacher = run_models.teacher_model(teacher, recipe, data)
+        teacher = run_models.teacher_model(teacher, recipe, data, precision)
     image_size = classifier.input_shape[1]
     validation = run.validation(image_size, crop_pct)
     run.announce()
@@ -246,34 +284,35 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
 
 
 @_decoder_messages_dropped
+@run_state.process_state_kept
 def evaluate(model, data, *, weights="imagenet", class_names=None, tfds_dir=None, image_size=None,
              crop_pct=1.0, batch_size=64, precision="float32", verbose=1):
     """Top-1 (and, above 5 classes, top-5) accuracy of a CaiT on `data`, as CaiT is evaluated
     (resize to `image_size / crop_pct`, centre crop `image_size`).
 
     Args:
-        model: a variant name with `weights`, the path of a .keras model, or a Keras model.
+        model: a variant name with `weights`, the path of a .keras model, or a Keras model; a
+            .keras file or a model built under another policy is rebuilt to compute in `precision`.
         data: as in `train`; its classes must be the model's, in the model's order.
         image_size: default: the model's own side, or the side of the checkpoint the name loads.
 
     Returns:
-        {"top1": ..., "top5": ..., "images": N}.
+        a `RunResult`: the model evaluated (under `precision`) and the summary `{"top1": ...,
+        "top5": ... (above 5 classes), "images": N}`.
     """
     check_precision(precision)
     check_crop_pct(crop_pct)
-    keras.mixed_precision.set_global_policy(precision)
+    with about("image_size", image_size):
+        image_size = None if image_size is None else checked_image_size(image_size)
     source = run_data.open_source("data", data, class_names, tfds_dir)
     run_data.check_images({"data": (data, source)})
-    if isinstance(model, keras.Model) or run_models.is_file(model):
-        classifier = model if isinstance(model, keras.Model) else run_models.load_keras("model", model)
-        side = run_models.square_side(classifier, model)
-        if image_size is not None and image_size != side:
-            raise RunError(f"image_size={image_size}: the model takes {side}x{side} images; leave image_size "
-                           "out to use the model's size.", "image_size", usage=True)
-        image_size = side
-    else:
-        image_size = image_size or default_image_size(model)
-        classifier = run_models.variant(model, weights, input_shape=(image_size, image_size, 3))
+    own_size = isinstance(model, keras.Model) or is_keras_file(model)  # a CaiT's accuracy at its own size
+    classifier = run_models.load(model, weights=weights, image_size=None if own_size else image_size, dtype=precision)
+    side = classifier.input_shape[1]
+    if image_size is not None and image_size != side:
+        raise RunError("image_size", image_size, f"the model takes {side}x{side} images",
+                       ["leave ", Named("image_size"), " out to use the model's size"], usage=True)
+    image_size = side
     named = model if isinstance(model, (str, os.PathLike)) else classifier.name
     run_models.check_classes(classifier, "model", named, run_data.given(data), source, blamed="data",
                              advice="evaluate on data of the model's classes, in the model's order (folder "
@@ -284,7 +323,9 @@ def evaluate(model, data, *, weights="imagenet", class_names=None, tfds_dir=None
     # Keras evaluates a loss in any case; only the accuracies are reported.
     classifier.compile(loss="sparse_categorical_crossentropy", metrics=metrics, jit_compile=False)
     dataset = stream.evaluation_dataset(source, image_size, batch_size, crop_pct)
-    results = classifier.evaluate(dataset, return_dict=True, verbose=verbose)
+    with sources.undecodable_named([("data", data, source)], RunError):  # a bad image the check did not reach
+        results = classifier.evaluate(dataset, return_dict=True, verbose=verbose)
     report = {name: float(value) for name, value in results.items() if name != "loss"}
     report["images"] = source.num_examples
-    return report
+    return RunResult(classifier, report)
+

@@ -189,13 +189,16 @@ ROWS = {
                                            "not a CaiT", "variant", reads="data model"),
     "finetune/keras-model-not-of-images": row(FINETUNE + " --model {dense}", FAILURE, "--model {dense}",
                                               "(None, 8)", "not images", "CaiT variant", reads="data model"),
-    "finetune/keras-model-not-a-cait-at-another-size": row(FINETUNE + " --model {notcait} --image-size 64", USAGE,
-                                                           "--image-size 64", "--model {notcait}", "not a CaiT",
-                                                           reads="data model"),
+    "finetune/keras-model-not-a-cait-at-another-size": row(FINETUNE + " --model {notcait} --image-size 64", FAILURE,
+                                                           "--model {notcait}", "not a CaiT", reads="data model"),
+    "evaluate/keras-model-not-a-cait": row(EVALUATE + " --model {notcait}", FAILURE, "--model {notcait}: holds",
+                                           "not a CaiT", reads="data model"),
+    "finetune/one-class": row("finetune --data {oneclass} --output-dir {tmp}/run", FAILURE, "--data {oneclass}",
+                              "holds 1 class", reads="data"),
     "evaluate/keras-model-not-of-images": row(EVALUATE + " --model {dense}", FAILURE, "--model {dense}", "(None, 8)",
                                               "not images", reads="data model"),
     "finetune/val-data-with-val-fraction": row(FINETUNE + " --val-data {digits} --val-fraction 0.2", USAGE,
-                                               "--val-data {digits} and --val-fraction 0.2"),
+                                               "--val-fraction 0.2: not with --val-data {digits}"),
     "finetune/class-of-one-image": row("finetune --data {lonely} --output-dir {tmp}/run", FAILURE,
                                        "--data {lonely}", "'{lonely}/1' holds 1 image", "--val-fraction 0",
                                        "--val-data FOLDER", reads="data"),
@@ -257,7 +260,8 @@ def other_keras_models(tmp_path_factory):
 
 def make_workspace(root):
     """The files the rows name: {image} {garbage}.jpg|.safetensors|.keras {afile} {folder}
-    {pngfolder} {digits} (2 classes of 2 images) {lonely} (a class of 1 image) {broken} (a text
+    {pngfolder} {digits} (2 classes of 2 images) {lonely} (a class of 1 image) {oneclass} (1 class of
+    2 images) {broken} (a text
     file named .jpg, a cut JPEG) {empty} (a class without images) {existing}/1
     {names} (3 class names, one a line)."""
     os.makedirs(root, exist_ok=True)
@@ -277,7 +281,7 @@ def make_workspace(root):
         os.makedirs(os.path.join(root, name))
     paths.update(folder=os.path.join(root, "folder"), pngfolder=os.path.join(root, "pngfolder.png"),
                  existing=os.path.join(root, "existing"), empty=os.path.join(root, "empty"))
-    for name, sizes in (("digits", (2, 2)), ("lonely", (2, 1)), ("broken", (2, 2))):
+    for name, sizes in (("digits", (2, 2)), ("lonely", (2, 1)), ("broken", (2, 2)), ("oneclass", (2,))):
         paths[name] = os.path.join(root, name)
         for label, count in enumerate(sizes):
             os.makedirs(os.path.join(paths[name], str(label)))
@@ -316,7 +320,7 @@ def guards(monkeypatch):
     import keras
 
     import keras_cait.models.variants
-    from keras_cait.training import run, sources
+    from keras_cait.training import run_models, sources
 
     def guard(reads):
         def refuse(what):
@@ -326,7 +330,7 @@ def guards(monkeypatch):
             return refused
 
         if "model" not in reads:
-            for module, name in ((keras_cait.models.variants, "build_cait"), (run, "cait"), (run, "build_cait"),
+            for module, name in ((keras_cait.models.variants, "build_cait"), (run_models, "build_cait"),
                                  (keras.models, "load_model")):
                 monkeypatch.setattr(module, name, refuse(f"built or loaded a model ({name})"))
         if "data" not in reads:

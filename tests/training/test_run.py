@@ -96,20 +96,21 @@ def test_a_python_finetune_returns_the_model_with_its_classes_and_a_summary(
     assert not result.summary["finished_earlier"] and result.summary["resumed"] == {}
     saved = json.loads((tmp_path / "run" / "run.json").read_text())
     assert saved["command"] == "finetune" and saved["finished"] == ["head", "full"]
-    assert saved["settings"]["--data"] == os.path.abspath(data_dir)
+    assert saved["settings"]["data"] == os.path.abspath(data_dir)
 
     again = run.finetune(model_path, data_dir, tmp_path / "run", recipe=recipe, precision="float32",
                          val_fraction=0, verbose=0)
     assert again.summary["finished_earlier"]
     assert again.model.class_names == result.model.class_names
-    with pytest.raises(run.resume.BackupError, match=r"--epochs 1 then, 2 now"):
+    with pytest.raises(run.resume.BackupError, match=r"settings \(epochs 1 then, 2 now\)"):
         run.finetune(model_path, data_dir, tmp_path / "run", recipe=recipe.replace(epochs=2),
                      precision="float32", val_fraction=0, verbose=0)
 
 
 @pytest.mark.parametrize("changes, argument, words", [
-    (dict(batch_size=64), "batch_size", "batch_size=64 (global batch 64) is larger than the 30 training images"),
-    (dict(epochs=3, warmup_epochs=5.0), "warmup_epochs", "warmup_epochs=5 with epochs=3"),
+    (dict(batch_size=64), "batch_size", "batch_size=64: the global batch of 64 is larger than the 30 training images"),
+    (dict(epochs=3, warmup_epochs=5.0), "warmup_epochs", "warmup_epochs=5.0: the warmup must be shorter than the run "
+                                                         "of epochs=3; give epochs=6 or more, or warmup_epochs=2 or less"),
     (dict(epochs=0, head_epochs=0), "epochs", "nothing to train"),
 ])
 def test_a_run_that_cannot_work_raises_run_error_naming_the_argument_and_writes_nothing(
@@ -124,8 +125,12 @@ def test_a_run_that_cannot_work_raises_run_error_naming_the_argument_and_writes_
 
 def test_python_evaluate_reports_the_accuracy_of_a_model_file(tiny_run, policy):
     model_path, data_dir = tiny_run
-    report = run.evaluate(model_path, data_dir, verbose=0)
+    result = run.evaluate(model_path, data_dir, verbose=0)
+    report = result.summary
     assert set(report) == {"top1", "top5", "images"} and report["images"] == 30
+    assert result.model.name == keras.models.load_model(model_path).name
+    with pytest.warns(DeprecationWarning, match=r"read result.summary\["):
+        assert result["top1"] == report["top1"] and "top5" in result  # the dict it returned before
     assert 0 <= report["top1"] <= report["top5"] <= 1
 
 
@@ -179,8 +184,8 @@ def test_val_data_with_val_fraction_is_refused_naming_both(tiny_run, tmp_path, m
     with pytest.raises(run.RunError) as raised:
         run.finetune(model_path, data_dir, tmp_path / "run", val_data=data_dir, val_fraction=0.2, verbose=0)
     assert str(raised.value) == (
-        f"val_data={data_dir!r} and val_fraction=0.2 are both given: with val_data, its images validate and no "
-        "part of data is held out; give one of them.")
+        f"val_fraction=0.2: not with val_data={data_dir!r}, whose images validate: no part of data is held out; "
+        "give one of them")
     assert (raised.value.argument, raised.value.usage) == ("val_fraction", True)
     assert not (tmp_path / "run").exists()
 
@@ -199,7 +204,7 @@ def test_a_class_of_one_image_is_refused_by_its_folder_when_a_fraction_is_held_o
         f"data={data_dir!r}: the class folder {lonely!r} holds 1 image, but val_fraction=0.1 holds a part of each "
         "class out for validation, and 1 image cannot be both trained on and validated: each class needs at least "
         "2 images; add images, or give val_fraction=0 (no validation) or val_data=FOLDER (validation images of "
-        "their own).")
+        "their own)")
     assert raised.value.argument == "data" and not (tmp_path / "run").exists()
 
 
@@ -224,7 +229,7 @@ def test_undecodable_images_are_named_all_at_once_before_a_model_is_built_or_a_f
     """They used to be found only when training reached them (stage 2, perhaps), run.json written."""
     data_dir = digits(tmp_path / "photos", per_class=3, size=8, classes=range(3))
     notes, cut = _bad_images(data_dir)
-    for name in ("classifier", "new_model", "variant", "load_keras"):
+    for name in ("classifier", "new_model", "load"):
         _refuse(monkeypatch, run_models, name)
     arguments = dict(verbose=0, precision="float32")
     with pytest.raises(run.RunError) as raised:
@@ -234,7 +239,7 @@ def test_undecodable_images_are_named_all_at_once_before_a_model_is_built_or_a_f
             getattr(run, command)("XXS24", data_dir, tmp_path / "run", fit_batch_to_data=True, **arguments)
     assert str(raised.value) == (
         f"data={data_dir!r}: 2 files cannot be decoded as images (JPEG, PNG, GIF, BMP or WebP): {notes} (not an "
-        f"image file), {cut} (invalid JPEG data (a truncated or damaged file)); remove or replace them.")
+        f"image file), {cut} (invalid JPEG data (a truncated or damaged file)); remove or replace them")
     assert raised.value.argument == "data" and not (tmp_path / "run").exists()
 
 
@@ -256,10 +261,116 @@ def test_files_of_other_formats_in_a_class_folder_are_said_once_by_name(digits, 
     data_dir = digits(tmp_path / "photos", per_class=2, size=8, classes=range(2))
     Image.new("RGB", (8, 8)).save(os.path.join(data_dir, "0", "scan.tiff"))
     Image.new("RGB", (8, 8)).save(os.path.join(data_dir, "1", "photo.webp"))
-    _refuse(monkeypatch, run_models, "variant")
-    with pytest.raises(AssertionError, match="variant was reached"):
+    _refuse(monkeypatch, run_models, "load")
+    with pytest.raises(AssertionError, match="load was reached"):
         run.evaluate("XXS24", data_dir, verbose=0)
     said = [line for line in capsys.readouterr().out.splitlines() if "not read" in line]
     assert said == [f"data={data_dir!r}: 1 file is not read, for an extension other than .jpg, .jpeg, .png, .gif, "
                     f".bmp, .webp (JPEG, PNG, GIF, BMP or WebP): {os.path.join(data_dir, '0', 'scan.tiff')}. Convert "
                     "them to one of those formats to use them, or move them out of the class folders."]
+
+
+# === A Python user's mistakes: one RunError naming the argument, its value and what is allowed ===
+
+
+def _refuse_models(monkeypatch):
+    for name in ("classifier", "new_model", "load"):
+        _refuse(monkeypatch, run_models, name)
+
+
+@pytest.mark.parametrize("command", ["train", "finetune"])
+def test_a_folder_of_one_class_is_refused(command, digits, tmp_path, monkeypatch):
+    """It used to train for minutes and report 100 % validation accuracy."""
+    data_dir = digits(tmp_path / "photos", per_class=4, size=8, classes=range(1))
+    _refuse_models(monkeypatch)
+    with pytest.raises(run.RunError) as raised:
+        getattr(run, command)("XXS24", data_dir, tmp_path / "run", verbose=0, precision="float32",
+                              fit_batch_to_data=True)
+    assert (raised.value.argument, raised.value.value) == ("data", data_dir)
+    assert str(raised.value) == (
+        f"data={data_dir!r}: the folder {data_dir!r} holds 1 class (0): a classifier of one class has nothing to "
+        "tell apart (it would score 100 %); give a folder with a subfolder of images for each of 2 or more classes")
+    assert not (tmp_path / "run").exists()
+
+
+def test_class_names_given_with_a_folder_are_checked_not_put_aside(tiny_run, tmp_path, monkeypatch):
+    """They used to be ignored, and written to run.json."""
+    _, data_dir = tiny_run
+    _refuse_models(monkeypatch)
+    with pytest.raises(run.RunError) as raised:
+        run.finetune("XXS24", data_dir, tmp_path / "run", class_names=["cat", "dog"], verbose=0, precision="float32")
+    assert (raised.value.argument, raised.value.value, raised.value.usage) == ("class_names", ["cat", "dog"], True)
+    assert str(raised.value).startswith(f"class_names=['cat', 'dog']: the folder {data_dir!r} has the classes 0, 1,")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("command", ["train", "finetune", "evaluate"])
+@pytest.mark.parametrize("image_size, line", [
+    (200, "image_size=200: must be a multiple of the patch size 16; e.g. image_size=208"),
+    ("224", "image_size='224': must be a positive integer multiple of the patch size 16, an int, not str; "
+            "e.g. image_size=224"),
+])
+def test_an_image_size_that_cannot_work_is_blamed_on_image_size(command, image_size, line, tiny_run, tmp_path,
+                                                                  monkeypatch):
+    """200 used to be blamed on `weights=None: input_shape (200, 200, 3) ...`, "224" on `weights=None:
+    Cannot convert ... to a shape`."""
+    _, data_dir = tiny_run
+    _refuse_models(monkeypatch)
+    _refuse(monkeypatch, run_data.sources, "source")  # refused before the data are read
+    with pytest.raises(run.RunError) as raised:
+        if command == "evaluate":
+            run.evaluate("XXS24", data_dir, image_size=image_size, verbose=0)
+        else:
+            getattr(run, command)("XXS24", data_dir, tmp_path / "run", image_size=image_size, verbose=0)
+    assert (raised.value.argument, raised.value.value, raised.value.usage) == ("image_size", image_size, True)
+    assert str(raised.value) == line
+
+
+@pytest.mark.parametrize("val_fraction, line", [
+    (1.5, "val_fraction=1.5: must be at least 0 and below 1: the part of data held out for validation; e.g. "
+          "val_fraction=0.1 (0: no validation)"),
+    ("0.1", "val_fraction='0.1': must be a number, not str; e.g. val_fraction=0.1 (0: no validation)"),
+])
+def test_a_val_fraction_out_of_range_is_named_once(val_fraction, line, tiny_run, tmp_path, monkeypatch):
+    """It used to read `val_fraction=1.5: fraction=1.5: ...`."""
+    _, data_dir = tiny_run
+    _refuse(monkeypatch, run_data.sources, "source")
+    with pytest.raises(run.RunError) as raised:
+        run.finetune("XXS24", data_dir, tmp_path / "run", val_fraction=val_fraction, verbose=0)
+    assert (raised.value.argument, raised.value.value) == ("val_fraction", val_fraction)
+    assert str(raised.value) == line
+
+
+def test_missing_weights_are_named_once(tiny_run, tmp_path):
+    """It used to read `weights='x': weights='x': no such file`."""
+    _, data_dir = tiny_run
+    missing = str(tmp_path / "missing.safetensors")
+    with pytest.raises(run.RunError) as raised:
+        run.finetune("XXS24", data_dir, tmp_path / "run", weights=missing, image_size=32, val_fraction=0,
+                     recipe=RECIPES["transfer"].replace(batch_size=8), precision="float32", verbose=0)
+    assert (raised.value.argument, raised.value.value) == ("weights", missing)
+    from keras_cait.errors import spoken
+    from keras_cait.models.variants import weights_allowed
+
+    assert str(raised.value) == f"weights={missing!r}: no such file; {spoken(weights_allowed())}"
+
+
+def test_epochs_as_a_string_is_refused_naming_epochs(tiny_run, tmp_path):
+    """It used to be `must be real number, not str`, naming no knob."""
+    _, data_dir = tiny_run
+    with pytest.raises(ValueError) as raised:
+        run.finetune("XXS24", data_dir, tmp_path / "run", recipe=RECIPES["transfer"].replace(epochs="3"), verbose=0)
+    assert (raised.value.argument, raised.value.value) == ("epochs", "3")
+    assert str(raised.value) == "epochs='3': must be an integer, not str '3'; e.g. epochs=10"
+
+
+@pytest.mark.large
+def test_a_keras_model_that_is_not_a_cait_is_not_evaluated(digits, tmp_path, policy):
+    """A MobileNet of the data's 2 classes used to be evaluated without a word."""
+    data_dir = digits(tmp_path / "photos", per_class=2, size=32, classes=range(2))
+    path = str(tmp_path / "mobilenet.keras")
+    keras.applications.MobileNet(weights=None, input_shape=(32, 32, 3), classes=2).save(path)
+    with pytest.raises(run.RunError) as raised:
+        run.evaluate(path, data_dir, verbose=0)
+    assert (raised.value.argument, raised.value.value) == ("model", path)
+    assert str(raised.value).startswith(f"model={path!r}: holds 'mobilenet_1.00_32', not a CaiT")
