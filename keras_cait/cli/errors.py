@@ -138,25 +138,10 @@ def in_flags(error, typed=None):
     return str(error)
 
 
-def flag_syntax(message, names=("weights", "quantization", "compute_dtype")):
-    """The keyword arguments in a message of the library's that does not hold them as data yet
-    (`weights='PATH'` -> `--weights PATH`) as flags."""
-    if not names:
-        return message
-    named = "|".join(map(re.escape, sorted(names, key=len, reverse=True)))
-
-    def as_flag(match):
-        value = match.group(3) if match.group(3) is not None else match.group(4)
-        return f"{flag(match.group(1))} {'none' if value == 'None' else value}"
-
-    return re.sub(rf"(?<![\w.-])({named})=('([^']*)'|([^\s,;:)']+))", as_flag, message)
-
-
 def one_line(message):
     """A message as the line's text: TensorFlow's op names (`{{function_node ...}}`, `[Op:DecodeImage]
     name:`) left out, whitespace folded; an error of the library's in the command line's flags."""
-    text = in_flags(message) if callable(getattr(message, "render", None)) else flag_syntax(str(message))
-    message = re.sub(r"\{\{function_node [^}]*\}\}", "", text)
+    message = re.sub(r"\{\{function_node [^}]*\}\}", "", in_flags(message))
     message = re.sub(r"\s*\[Op:\w+\]( name: ?\S*)?", "", message)
     return " ".join(message.split())
 
@@ -402,82 +387,3 @@ def check_range(flag, value, low, high=None, example=None):
     allowed = f"between {low} and {high}" if high is not None else f"at least {low}"
     example = f", e.g. {flag} {example}" if example is not None else ""
     raise usage(f"{flag} {value}: must be {allowed}{example}.")
-
-
-# === Errors found while training or evaluating ===
-
-# TensorFlow's image decoders (op and node names) and their messages; the pixel limit's
-# assertion (keras_cait.evaluation_transform.decode_image).
-_DECODE_ERROR = re.compile(
-    r"\b(Decode(Image|Jpeg|AndCropJpeg|Png|Gif|Bmp|WebP)|ExtractJpegShape)\b|Unknown image file format"
-    r"|Invalid (JPEG|PNG|GIF) data|Invalid PNG|pixels; at most [\d,]+ are decoded"
-)
-# The search stops after this many undecodable files are found.
-BAD_IMAGES_SEARCHED = 20
-
-
-def _decode_error(error):
-    """Whether `error` is TensorFlow's failure to decode an image (its message names no file)."""
-    if "tensorflow" not in sys.modules:
-        return False
-    import tensorflow as tf
-
-    return isinstance(error, tf.errors.InvalidArgumentError) and bool(_DECODE_ERROR.search(error.message))
-
-
-@contextlib.contextmanager
-def named_bad_images(what, source, *more):
-    """Turns TensorFlow's failure to decode an image while a run reads `source` (its message
-    names the op, not the file) into the line naming the file(s) and what to do:
-
-        --data photos: photos/cat/broken.jpg cannot be decoded as an image (JPEG, PNG, GIF,
-        BMP or WebP): not an image file; remove or replace it.
-
-    `what` is the flag and its value (`--data photos`); `source` an `ImageSource`, or a
-    function returning one, called only after a decode error (e.g. to open the validation
-    data again); `more`, further `(what, source)` pairs, searched in turn (None skipped).
-    The runs check their data before they train (`sources.check_images`), but of a large
-    folder they decode only what a few seconds allow; this is the safety net behind that
-    check: the sources are searched (`sources.find_undecodable`) only once the body failed. Any other error, or a decode
-    error whose image no search finds, passes through unchanged.
-    """
-    try:
-        yield
-    except Exception as error:
-        if not _decode_error(error):
-            raise
-        try:
-            line = _bad_images_line([(what, source), *more])
-        except Exception:  # the search itself failed: TensorFlow's error is all there is
-            line = None
-        if line is None:
-            raise
-        raise fail(line) from error
-
-
-def _bad_images_line(named):
-    """The line naming the undecodable images of the `(what, source)` pairs: every source's header
-    pass first, then, where those find nothing, every source's decode pass; None if none is found."""
-    from keras_cait.training.sources import find_undecodable, undecodable_message
-
-    opened = []
-    for what, source in named:
-        if source is not None and not hasattr(source, "examples"):
-            source = source()  # opened only now, after the failure
-        if source is not None:
-            opened.append((what, source))
-    if not opened:
-        return None
-    flags = " and ".join(dict.fromkeys(what for what, _ in opened))
-    print(f"An image of {flags} cannot be decoded; looking for it...", flush=True)
-    for passes in (("headers",), ("decode",)):
-        found = {}  # what -> [Undecodable]: a split of --data is searched under the same flag
-        for what, source in opened:
-            left = None if passes == ("headers",) else BAD_IMAGES_SEARCHED - sum(map(len, found.values()))
-            if left is None or left > 0:
-                found.setdefault(what, []).extend(find_undecodable(source, limit=left, passes=passes))
-        found = {what: bad for what, bad in found.items() if bad}
-        if found:
-            complete = passes == ("headers",) or sum(map(len, found.values())) < BAD_IMAGES_SEARCHED
-            return undecodable_message(found, complete)
-    return None

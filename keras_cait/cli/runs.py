@@ -11,7 +11,6 @@ the console script, `python -m keras_cait.cli train | finetune | evaluate` runs 
 """
 
 import argparse
-import contextlib
 import dataclasses
 import functools
 import inspect
@@ -25,15 +24,13 @@ from keras_cait.cli.errors import (
     check_writable_folder,
     fail,
     flag,
-    flag_syntax,
     from_library,
-    named_bad_images,
     reported,
     usage,
     weights_errors,
 )
 from keras_cait.errors import ArgumentError
-from keras_cait.training import distribute, resume, run, sources
+from keras_cait.training import distribute, resume, run
 from keras_cait.training import recipe as recipes
 from keras_cait.models.variants import parse_model_name
 
@@ -305,17 +302,6 @@ def _arguments(function, args, **given):
     return values
 
 
-@contextlib.contextmanager
-def _reading_images(args):
-    """A decode failure while a run reads --data or --val-data names the files (see named_bad_images)."""
-    def opened(spec):
-        return lambda: sources.source(spec, _class_names(args), args.tfds_dir)
-
-    validation = [(f"--val-data {args.val_data}", opened(args.val_data))] if getattr(args, "val_data", None) else []
-    with named_bad_images(f"--data {args.data}", opened(args.data), *validation):
-        yield
-
-
 def _as_flags(run_command):
     """`run_command(args)` with the library's errors as the contract's one line, in flags: each
     error is written from its fields (`keras_cait.errors.ArgumentError`: `data='photos'` becomes
@@ -330,21 +316,11 @@ def _as_flags(run_command):
             if error.argument == "weights" and isinstance(error.__cause__, (OSError, ImportError)):
                 with weights_errors(error.value):
                     raise error.__cause__ from None
-            if isinstance(error, ArgumentError):
-                raise from_library(error, _typed(args)) from error
-            line = flag_syntax(str(error), _ARGUMENTS)
-            raise (usage(line) if error.usage else fail(line)) from error
-        except ArgumentError as error:
             raise from_library(error, _typed(args)) from error
-        except resume.BackupError as error:
-            raise fail(flag_syntax(str(error), _ARGUMENTS)) from error
+        except (ArgumentError, resume.BackupError) as error:
+            raise from_library(error, _typed(args)) from error
 
     return in_flags
-
-
-# The arguments of the library's runs, which their messages name as Python writes them.
-_ARGUMENTS = sorted({name for function in (run.train, run.finetune, run.evaluate)
-                     for name in inspect.signature(function).parameters} | set(recipes.knobs()))
 
 
 def _typed(args):
@@ -370,22 +346,19 @@ def parse_arguments(command, argv):
 @_as_flags
 def train_run(args):
     """`keras-cait train`: `keras_cait.training.run.train` with the flags' values; returns the model."""
-    with _reading_images(args):
-        return run.train(**_arguments(run.train, args, recipe=recipe_of(args))).model
+    return run.train(**_arguments(run.train, args, recipe=recipe_of(args))).model
 
 
 @_as_flags
 def finetune_run(args):
     """`keras-cait finetune`: `keras_cait.training.run.finetune` with the flags' values; returns the model."""
-    with _reading_images(args):
-        return run.finetune(**_arguments(run.finetune, args, recipe=recipe_of(args))).model
+    return run.finetune(**_arguments(run.finetune, args, recipe=recipe_of(args))).model
 
 
 @_as_flags
 def evaluate_run(args):
     """`keras-cait evaluate`: prints and returns {"top1": ..., "top5": ..., "images": ...}."""
-    with _reading_images(args):
-        report = run.evaluate(**_arguments(run.evaluate, args))
+    report = run.evaluate(**_arguments(run.evaluate, args)).summary
     print(json.dumps(report))
     return report
 

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_cait.atomic import written_atomically
+from keras_cait.io.atomic import written_atomically
 from keras_cait.errors import require_extra
 from keras_cait.export.core import check_file, inference_form, quantized, require_tensorflow_backend
 from keras_cait.export.formats import by_exporter

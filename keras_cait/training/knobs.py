@@ -13,7 +13,7 @@ import json
 import math
 import numbers
 
-from keras_cait import atomic
+from keras_cait.io import atomic
 from keras_cait.errors import ArgumentError, Named
 
 GROUPS = ("optimizer (AdamW)", "schedule", "augmentation", "regularisation", "distillation")

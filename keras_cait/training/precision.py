@@ -11,11 +11,11 @@ def check_precision(precision, auto=False):
     """`precision`, with "auto" (where allowed) resolved by `default_precision` and said."""
     allowed = ("auto", *PRECISIONS) if auto else PRECISIONS
     if precision not in allowed:
-        raise RunError(f"precision={precision!r}: must be one of {', '.join(allowed)}.", "precision", usage=True)
+        raise RunError("precision", precision, f"must be one of {', '.join(allowed)}", usage=True)
     if precision != "auto":
         return precision
     precision, why = default_precision()
-    print(f"Precision {precision} ({why}; --precision or precision= chooses another).", flush=True)
+    print(f"Precision {precision} ({why}; precision= chooses another).", flush=True)
     return precision
 
 

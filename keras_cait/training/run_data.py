@@ -7,10 +7,12 @@ name; a class of 1 image is refused where a validation fraction is held out.
 """
 
 import dataclasses
+import numbers
 import os
 
 import keras
 
+from keras_cait.errors import Named
 from keras_cait.errors import listed
 from keras_cait.training import sources
 from keras_cait.training.run_errors import RunError, about
@@ -23,6 +25,7 @@ class Data:
     train: sources.ImageSource
     validation: sources.ImageSource | None
     spec: str
+    named: tuple = ()  # (argument, value as given, source) of each: the files a decode error names
 
 
 def given(value):
@@ -59,16 +62,17 @@ def open_data(data, val_data, val_fraction, class_names, tfds_dir, seed):
     """The sources of a run, their images checked (`check_images`), and `val_fraction` of `data`
     held out where `val_data` is not given."""
     train = open_source("data", data, class_names, tfds_dir)
+    check_classes("data", data, train)
     validation = None if val_data is None else open_source("val_data", val_data, class_names, tfds_dir)
     check_images({"data": (data, train), "val_data": (val_data, validation)})
     if validation is not None:
-        return Data(train, validation, given(data))
+        return Data(train, validation, given(data), (("data", data, train), ("val_data", val_data, validation)))
     if val_fraction:
         _check_classes_can_be_split(data, train, val_fraction)
         with about("val_fraction", val_fraction, ValueError):
             train, validation = sources.split(train, val_fraction, seed=seed)
-        return Data(train, validation, given(data))
-    return Data(train, None, given(data))
+        return Data(train, validation, given(data), (("data", data, train), ("data", data, validation)))
+    return Data(train, None, given(data), (("data", data, train),))
 
 
 def check_images(named):
@@ -93,9 +97,8 @@ def check_images(named):
             print(f"{what}: the {len(bad)} files that cannot be decoded:", flush=True)
             for undecodable in bad:
                 print(f"  {undecodable.name} ({undecodable.reason})", flush=True)
-    argument, value, _ = next(iter(found.values()))
-    message = sources.undecodable_message({what: bad for what, (_, _, bad) in found.items()}, complete)
-    raise RunError(message, argument, value=value)
+    raise sources.undecodable_error({argument: (value, bad) for argument, value, bad in found.values()}, complete,
+                                    RunError)
 
 
 def _check_classes_can_be_split(data, source, val_fraction):
@@ -110,18 +113,52 @@ def _check_classes_can_be_split(data, source, val_fraction):
     folders = listed(map(repr, alone))
     which = f"the class folder {folders} holds" if len(alone) == 1 else f"the class folders {folders} hold"
     raise RunError(
-        f"data={shown(data)!r}: {which} 1 image, but val_fraction={val_fraction:g} holds a part of each "
-        "class out for validation, and 1 image cannot be both trained on and validated: each class needs at "
-        "least 2 images; add images, or give val_fraction=0 (no validation) or val_data=FOLDER (validation "
-        "images of their own).", "data", value=data)
+        "data", _plain(data),
+        [f"{which} 1 image, but ", Named("val_fraction", val_fraction), " holds a part of each class out for "
+         "validation, and 1 image cannot be both trained on and validated: each class needs at least 2 images"],
+        ["add images, or give ", Named("val_fraction", 0), " (no validation) or ", Named("val_data", shown="FOLDER"),
+         " (validation images of their own)"], shown=_shown_as(data))
 
 
 def validation_fraction(val_data, val_fraction):
     """`val_fraction` as the run holds it out: 0.1 when neither is given, none with `val_data`."""
+    check_val_fraction(val_fraction)
     if val_data is None:
         return 0.1 if val_fraction is None else val_fraction
     if val_fraction is not None:
         raise RunError(
-            f"val_data={shown(val_data)!r} and val_fraction={val_fraction:g} are both given: with val_data, "
-            "its images validate and no part of data is held out; give one of them.", "val_fraction", usage=True)
+            "val_fraction", val_fraction, ["not with ", Named("val_data", _plain(val_data), _shown_as(val_data)),
+                                           ", whose images validate: no part of data is held out"],
+            "give one of them", usage=True)
     return None
+
+
+def check_val_fraction(val_fraction):
+    """`val_fraction` (None: the default) holds out a part of the data: at least 0 and below 1."""
+    if val_fraction is None:
+        return
+    if isinstance(val_fraction, bool) or not isinstance(val_fraction, numbers.Real):
+        raise RunError("val_fraction", val_fraction, f"must be a number, not {type(val_fraction).__name__}",
+                       ["e.g. ", Named("val_fraction", 0.1), " (0: no validation)"], usage=True)
+    if not 0 <= val_fraction < 1:
+        raise RunError("val_fraction", val_fraction, "must be at least 0 and below 1: the part of data held out "
+                       "for validation", ["e.g. ", Named("val_fraction", 0.1), " (0: no validation)"], usage=True)
+
+
+def check_classes(argument, data, source):
+    """Training data of one class are refused: a classifier of one class has nothing to tell apart."""
+    if source.num_classes >= 2:
+        return
+    where = f"the folder {source.folder!r}" if source.folder else "the data"
+    raise RunError(argument, _plain(data), f"{where} holds 1 class ({', '.join(map(str, source.class_names))}): "
+                   "a classifier of one class has nothing to tell apart (it would score 100 %)",
+                   "give a folder with a subfolder of images for each of 2 or more classes", shown=_shown_as(data))
+
+
+def _plain(data):
+    """The value of a data argument as an error holds it: a path as a string, a source as it is."""
+    return os.fspath(data) if isinstance(data, os.PathLike) else data
+
+
+def _shown_as(data):
+    return "<ImageSource>" if isinstance(data, sources.ImageSource) else None

@@ -12,9 +12,10 @@ import shlex
 
 import keras
 
-from keras_cait.training import resume, stream
+from keras_cait.training import resume, sources, stream
 from keras_cait.training.callbacks import best_record_path, run_callbacks, tensorboard_installed
 from keras_cait.training.recipe import RECIPES
+from keras_cait.training.run_errors import RunError
 from keras_cait.training.run_plan import Plan, compile_for, fit_batch
 
 
@@ -71,12 +72,13 @@ class Run:
                 self.data.train, augmentation, self.plan.global_batch, epochs, seed=seed, start_step=step,
                 shuffle_buffer=shuffle_buffer, cache=cache)
 
-        history = resume.fit(
-            model, stream_from, epochs, self.plan.steps, backup=backup, callbacks=callbacks,
-            validation_data=validation, verbose=self.verbose,
-            plan={"data": self.data.spec, "classes": self.data.train.num_classes, "image size": image_size,
-                  "global batch size": self.plan.global_batch},
-        )
+        with sources.undecodable_named(self.data.named, RunError):
+            history = resume.fit(
+                model, stream_from, epochs, self.plan.steps, backup=backup, callbacks=callbacks,
+                validation_data=validation, verbose=self.verbose,
+                plan={"data": self.data.spec, "classes": self.data.train.num_classes, "image size": image_size,
+                      "global batch size": self.plan.global_batch},
+            )
         with contextlib.suppress(OSError):  # the backups' folder, once no run needs it
             os.rmdir(os.path.dirname(backup.backup_dir))
         return history

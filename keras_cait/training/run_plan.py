@@ -4,6 +4,7 @@ import dataclasses
 
 import keras
 
+from keras_cait.errors import Named
 from keras_cait.training import distribute, stream
 from keras_cait.training.run_errors import RunError, about
 
@@ -11,14 +12,15 @@ from keras_cait.training.run_errors import RunError, about
 def check_recipe(recipe, teacher, command):
     """What the recipe and the run's arguments cannot do together, refused before any data are read."""
     if command == "finetune" and recipe.epochs == 0 and recipe.head_epochs == 0:
-        raise RunError("epochs=0 and head_epochs=0: nothing to train; give epochs or head_epochs of at "
-                       "least 1.", "epochs", usage=True)
+        raise RunError("epochs", 0, ["nothing to train, with ", Named("head_epochs", 0)],
+                       ["give ", Named("epochs"), " or ", Named("head_epochs"), " of at least 1"], usage=True)
     if command == "train" and recipe.epochs == 0:
-        raise RunError("epochs=0: nothing to train; give epochs=1 or more.", "epochs", usage=True)
+        raise RunError("epochs", 0, "nothing to train", ["give ", Named("epochs", 1), " or more"], usage=True)
     if recipe.epochs and not 0 <= recipe.warmup_epochs < recipe.epochs:
-        raise RunError(f"warmup_epochs={recipe.warmup_epochs:g} with epochs={recipe.epochs}: the warmup must be "
-                       f"shorter than the run; give epochs={int(recipe.warmup_epochs) + 1} or more, or "
-                       f"warmup_epochs={max(0, recipe.epochs - 1)} or less.", "warmup_epochs", usage=True)
+        raise RunError("warmup_epochs", recipe.warmup_epochs,
+                       ["the warmup must be shorter than the run of ", Named("epochs", recipe.epochs)],
+                       ["give ", Named("epochs", int(recipe.warmup_epochs) + 1), " or more, or ",
+                        Named("warmup_epochs", max(0, recipe.epochs - 1)), " or less"], usage=True)
 
 
 def distribution(strategy):
@@ -40,9 +42,9 @@ class Plan:
         if global_batch > data.train.num_examples:
             fits = _batch_that_fits(distribution, data)
             raise RunError(
-                f"batch_size={recipe.batch_size} (global batch {global_batch}) is larger than the "
-                f"{data.train.num_examples} training images of data={data.spec!r}; give batch_size={fits} "
-                "or less, or more images.", "batch_size", usage=True)
+                "batch_size", recipe.batch_size,
+                f"the global batch of {global_batch} is larger than the {data.train.num_examples} training images "
+                f"of {data.spec!r}", ["give ", Named("batch_size", fits), " or less, or more images"], usage=True)
         return cls(global_batch, stream.steps_per_epoch(data.train, global_batch))
 
 

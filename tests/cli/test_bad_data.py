@@ -2,8 +2,9 @@
 without images. Each ends `keras-cait` with the contract's one line naming the file or folder
 (docs/reliability.md), run as a user runs it: the console command, in a fresh process.
 
-TensorFlow's decode error names an op, not a file; `named_bad_images` (keras_cait/cli/errors.py)
-searches the data for the file only after a run failed on one (the first tests, in this process)."""
+TensorFlow's decode error names an op, not a file; the run names it itself
+(`keras_cait.training.sources.undecodable_named`, searching the data only after the failure),
+so a Python caller gets the error naming the file and the command prints that error's line."""
 
 import os
 import shutil
@@ -12,12 +13,11 @@ import sys
 
 import numpy as np
 import pytest
-import tensorflow as tf
 from PIL import Image
 
-from keras_cait.cli.errors import UserError, named_bad_images
-from keras_cait.evaluation_transform import IMAGE_FORMATS
-from keras_cait.training import sources, stream
+from keras_cait.cli.errors import CommandFailed
+from keras_cait.images.evaluation_transform import IMAGE_FORMATS
+from keras_cait.training import RECIPES, run, sources
 from tests.conftest import TINY_CAIT, TINY_SIZE, write_digits
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -36,63 +36,56 @@ def tiny_model(tmp_path_factory):
     return str(path)
 
 
-# === The context that names them, in this process ===
+# === A bad image met mid-run: named by the library, and by the command in the same words ===
 
 
-def undecodable_folder(root, digits):
-    folder = digits(root / "photos", per_class=2, size=8, classes=range(2))
-    text_as_jpeg(root / "photos" / "1" / "broken.jpg")
-    return sources.image_folder(folder)
+@pytest.fixture
+def unchecked(monkeypatch):
+    """The check before a run finds nothing, as on a folder too large to decode in its few seconds:
+    the bad image is met only when the run reads it."""
+    def nothing_found(source, *args, **kwargs):
+        return sources.ImageCheck([], 0, source.num_examples, 0.0)
+
+    monkeypatch.setattr(sources, "check_images", nothing_found)
 
 
-def read_all(source):
-    for _ in stream.evaluation_dataset(source, 8, 2):
-        pass
+@pytest.mark.large
+@pytest.mark.parametrize("entry", ["finetune", "evaluate"])
+def test_an_image_that_fails_to_decode_mid_run_is_named_from_python_and_the_command_alike(
+        entry, unchecked, tiny_model, tmp_path, monkeypatch, capfd, policy):
+    """The check is monkeypatched to pass; the truncated JPEG fails TensorFlow's decode while the
+    run trains or evaluates. From Python: the run's error names the file; from the command: the
+    same fields in flags, with the data opened once (no second look at the folder)."""
+    from keras_cait.cli import main
 
+    photos(tmp_path)
+    truncated_jpeg(tmp_path / "photos" / "2" / "broken.jpg")
+    broken = os.path.join(str(tmp_path), "photos", "2", "broken.jpg")
+    data = str(tmp_path / "photos")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(run.RunError) as failed:
+        if entry == "finetune":
+            run.finetune(tiny_model, data, str(tmp_path / "python"), recipe=RECIPES["transfer"].replace(
+                head_epochs=1, epochs=0, batch_size=4), precision="float32", verbose=0)
+        else:
+            run.evaluate(tiny_model, data, batch_size=4, verbose=0)
+    error = failed.value
+    assert (error.argument, error.value) == ("data", data)
+    assert str(error) == (f"data={data!r}: {broken} cannot be decoded as an image ({IMAGE_FORMATS}): "
+                          "invalid JPEG data (a truncated or damaged file); remove or replace it")
 
-def test_a_decode_error_becomes_the_line_naming_the_file(tmp_path, digits):
-    source = undecodable_folder(tmp_path, digits)
-    with pytest.raises(UserError) as failed:
-        with named_bad_images("--data photos", source):
-            read_all(source)
-    broken = os.path.join(str(tmp_path), "photos", "1", "broken.jpg")
-    assert str(failed.value) == (f"--data photos: {broken} cannot be decoded as an image ({IMAGE_FORMATS}): "
-                                 "not an image file; remove or replace it.")
-    assert failed.value.status == FAILURE
-    assert isinstance(failed.value.__cause__, tf.errors.InvalidArgumentError)
-
-
-def test_the_sources_are_opened_and_searched_only_after_a_decode_error(tmp_path, digits, monkeypatch):
-    source = undecodable_folder(tmp_path, digits)
-    monkeypatch.setattr(sources, "find_undecodable", lambda *args, **kwargs: pytest.fail("searched"))
-    with named_bad_images("--data photos", source, ("--val-data v", lambda: pytest.fail("opened"))):
-        pass
-
-
-def test_other_errors_pass_unchanged(tmp_path, digits):
-    source = undecodable_folder(tmp_path, digits)
-    for error in (tf.errors.InvalidArgumentError(None, None, "Incompatible shapes: [4,3] vs. [4,10]"),
-                  ValueError("another mistake"), tf.errors.ResourceExhaustedError(None, None, "OOM")):
-        with pytest.raises(type(error)) as raised:
-            with named_bad_images("--data photos", source):
-                raise error
-        assert raised.value is error
-
-
-def test_a_decode_error_that_no_search_finds_keeps_its_traceback(tmp_path, digits):
-    good = sources.image_folder(digits(tmp_path / "good", per_class=2, size=8, classes=range(2)))
-    bad = undecodable_folder(tmp_path, digits)
-    with pytest.raises(tf.errors.InvalidArgumentError, match="Unknown image file format"):
-        with named_bad_images("--data good", good):  # the error is not of this data
-            read_all(bad)
-
-
-def test_the_validation_data_are_searched_under_their_flag(tmp_path, digits):
-    good = sources.image_folder(digits(tmp_path / "good", per_class=2, size=8, classes=range(2)))
-    bad = undecodable_folder(tmp_path, digits)
-    with pytest.raises(UserError, match=r"^--val-data photos: .*broken\.jpg cannot be decoded"):
-        with named_bad_images("--data good", good, ("--val-data photos", lambda: bad), ("--x", None)):
-            read_all(bad)
+    opened = []
+    source = sources.source
+    monkeypatch.setattr(sources, "source", lambda *args, **kwargs: opened.append(args) or source(*args, **kwargs))
+    argv = ["--data", data, "--model", tiny_model, "--batch-size", "4"]
+    if entry == "finetune":
+        argv += ["--output-dir", str(tmp_path / "command"), *TRAINING[:4], "--precision", "float32", "--verbose", "0"]
+    capfd.readouterr()
+    with pytest.raises(CommandFailed) as ended:
+        main([entry, *argv])
+    line = capfd.readouterr().err.rstrip("\n")
+    assert line == str(ended.value) == f"keras-cait {entry}: --data {data}: " + str(error).split(": ", 1)[1]
+    assert ended.value.code == FAILURE and len(opened) == 1, opened
 
 
 # === The console command ===
@@ -145,7 +138,7 @@ def test_finetune_on_an_undecodable_image_names_the_file(damage, tiny_model, tmp
     broken = os.path.join("photos", "1", "broken.jpg")
     assert line.startswith(f"keras-cait finetune: --data photos: {broken} cannot be decoded as an image "
                            f"({IMAGE_FORMATS}): "), line
-    assert line.endswith("; remove or replace it."), line
+    assert line.endswith("; remove or replace it"), line
     assert "DecodeImage" not in line and "{{" not in line and "[[" not in line, line
 
 
@@ -161,7 +154,7 @@ def test_several_undecodable_images_are_counted_and_named(tiny_model, tmp_path):
     assert line.startswith("keras-cait finetune: --data photos: 4 files cannot be decoded as images"), line
     for name in ("0/a.jpg", "1/b.png", "2/c.gif", "2/empty.jpg"):
         assert os.path.join("photos", *name.split("/")) in line, line
-    assert "(an empty file)" in line and line.endswith("; remove or replace them."), line
+    assert "(an empty file)" in line and line.endswith("; remove or replace them"), line
 
 
 @pytest.mark.large
@@ -230,5 +223,5 @@ def test_the_check_before_training_names_the_files_and_stderr_holds_only_the_lin
     assert line == (f"keras-cait finetune: --data photos: 2 files cannot be decoded as images ({IMAGE_FORMATS}): "
                     f"{os.path.join('photos', '1', 'cut.jpg')} (invalid JPEG data (a truncated or damaged file)), "
                     f"{os.path.join('photos', '2', 'header.jpg')} (invalid JPEG data (a truncated or damaged "
-                    "file)); remove or replace them."), line
+                    "file)); remove or replace them"), line
     assert not (tmp_path / "runs").exists()
