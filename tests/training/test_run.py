@@ -374,3 +374,21 @@ def test_a_keras_model_that_is_not_a_cait_is_not_evaluated(digits, tmp_path, pol
         run.evaluate(path, data_dir, verbose=0)
     assert (raised.value.argument, raised.value.value) == ("model", path)
     assert str(raised.value).startswith(f"model={path!r}: holds 'mobilenet_1.00_32', not a CaiT")
+
+
+def test_evaluate_s_top5_counts_the_five_highest_scores_not_the_highest(tiny_cait, digits, tmp_path):
+    """A head whose scores rank the classes the same for every image (zero kernel, distinct biases):
+    of 7 classes, 1 image each, the best-ranked class is right once (top-1 1/7) and the five
+    best-ranked five times (top-5 5/7); a top-5 computed as top-1, or over other k, fails."""
+    data_dir = digits(tmp_path / "digits", per_class=1, classes=range(7))
+    model = tiny_cait(classes=7)
+    head = model.get_layer("predictions")
+    kernel, bias = head.get_weights()
+    ranking = np.random.default_rng(0).permutation(7).astype("float32")
+    head.set_weights([np.zeros_like(kernel), ranking])
+
+    summary = run.evaluate(model, data_dir, verbose=0).summary
+
+    assert summary["images"] == 7
+    np.testing.assert_allclose(summary["top1"], 1 / 7, atol=1e-6)
+    np.testing.assert_allclose(summary["top5"], 5 / 7, atol=1e-6)
