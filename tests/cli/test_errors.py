@@ -235,3 +235,23 @@ def test_an_export_without_its_extra_is_one_line_naming_the_pip_install(tmp_path
     message = one_line_error(["export", str(output), "--weights", "none", "--model", "cait_xxs24_224"])
     assert message == 'keras-cait export: export_onnx needs onnx, which is not installed; pip install "keras-cait[onnx]"'
     assert not output.exists()
+
+
+def test_every_argument_of_the_runs_is_written_as_a_flag_its_command_takes():
+    """cli.errors.FLAGS is the one table from a library argument to its flag: each argument a run's
+    error may name (its parameters, the recipe's knobs) is written as a flag the command parses."""
+    import inspect
+
+    from keras_cait.cli.errors import flag
+    from keras_cait.training import recipe
+
+    not_flags = {"fit_batch_to_data"}  # the command sets it from whether --batch-size was typed
+    for command, function in (("train", runs.run.train), ("finetune", runs.run.finetune),
+                              ("evaluate", runs.run.evaluate)):
+        options = {option for action in runs.COMMANDS[command][0]()._actions for option in action.option_strings}
+        names = [name for name in inspect.signature(function).parameters if name not in not_flags]
+        if command == "evaluate":
+            names.remove("verbose")  # evaluate's progress is Keras' own
+        else:
+            names += [knob for knob in recipe.knobs() if not (command == "train" and knob in runs._HEAD_KNOBS)]
+        assert [name for name in names if flag(name) not in options] == [], command
