@@ -75,12 +75,21 @@ def _metrics(num_classes):
     return metrics
 
 
+def _computes_in_float16(model):
+    return any(layer.dtype_policy.compute_dtype == "float16" for layer in model.layers)
+
+
 def compile_for(model, recipe, global_batch, steps_per_epoch, head=False, jit_compile=True):
     """`model` compiled as a run compiles it: the recipe's AdamW and schedule (the head stage's
     with `head`), categorical cross-entropy weighted by sample (rows of weight 0 fill a last,
-    partial batch across hosts) and accuracy (top-5 too above 5 classes)."""
+    partial batch across hosts) and accuracy (top-5 too above 5 classes). A model computing in
+    float16 gets Keras' dynamic loss scaling (`LossScaleOptimizer`) whatever the global policy,
+    which is all Keras looks at."""
+    optimizer = recipe.optimizer(model, global_batch, steps_per_epoch, head=head)
+    if _computes_in_float16(getattr(model, "student", model)):
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer, name="loss_scale_optimizer")
     model.compile(
-        optimizer=recipe.optimizer(model, global_batch, steps_per_epoch, head=head),
+        optimizer=optimizer,
         loss=keras.losses.CategoricalCrossentropy(reduction="mean_with_sample_weight"),
         weighted_metrics=_metrics(getattr(model, "student", model).output_shape[-1]),
         jit_compile="auto" if jit_compile else False,
