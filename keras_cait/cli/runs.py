@@ -16,6 +16,7 @@ import functools
 import inspect
 import json
 import os
+import shlex
 
 from keras_cait.cli.errors import (
     Parser,
@@ -343,16 +344,34 @@ def parse_arguments(command, argv):
     return args
 
 
+def _next_steps(summary):
+    """What to run next on the model a run wrote (`summary`: its `RunResult.summary`)."""
+    output_dir = summary["output_dir"]
+    model = shlex.quote(os.path.join(output_dir, "best.keras" if "best.keras" in summary["files"] else "final.keras"))
+    serving = shlex.quote(os.path.join("serving", os.path.basename(os.path.abspath(output_dir)), "1"))
+    print("Next:")
+    print(f"  keras-cait predict IMAGE... --model {model}")
+    print(f"  keras-cait evaluate --model {model} --data TEST_FOLDER")
+    print(f"  keras-cait export {serving} --model {model}    (TF Serving; or a .onnx, .tflite, .xml file)",
+          flush=True)
+
+
+def _trained(result):
+    """The model of a `run.train` or `run.finetune` result, the next steps said."""
+    _next_steps(result.summary)
+    return result.model
+
+
 @_as_flags
 def train_run(args):
     """`keras-cait train`: `keras_cait.training.run.train` with the flags' values; returns the model."""
-    return run.train(**_arguments(run.train, args, recipe=recipe_of(args))).model
+    return _trained(run.train(**_arguments(run.train, args, recipe=recipe_of(args))))
 
 
 @_as_flags
 def finetune_run(args):
     """`keras-cait finetune`: `keras_cait.training.run.finetune` with the flags' values; returns the model."""
-    return run.finetune(**_arguments(run.finetune, args, recipe=recipe_of(args))).model
+    return _trained(run.finetune(**_arguments(run.finetune, args, recipe=recipe_of(args))))
 
 
 @_as_flags

@@ -11,21 +11,33 @@ import zipfile
 import keras
 import numpy as np
 
-from keras_cait.errors import listed
+from keras_cait.errors import Named, Said, listed, spoken
 from keras_cait.io import atomic
 
 _POINTER = "latest.json"
 
 
-def differences(saved, current):
-    """'epochs 3 then, 5 now; ...' for each entry of `current` that `saved` records otherwise ('' if
-    none): the one wording of what a rerun changed, for run.json's settings, recipe.json's knobs and
-    a backup's plan. Entries `saved` lacks, from runs before they were recorded, count as unchanged."""
-    return "; ".join(
-        f"{key} {_shown(saved[key])} then, {_shown(value)} now"
-        for key, value in current.items()
-        if key in saved and saved[key] != value
-    )
+def differences(saved, current, arguments=()):
+    """The parts of 'epochs 3 then, 5 now; ...' for each entry of `current` that `saved` records
+    otherwise ([] if none): the one wording of what a rerun changed, for run.json's settings,
+    recipe.json's knobs and a backup's plan; `arguments`: the keys that are arguments of a run
+    (a `Named` each, which the command line writes as its flag). Entries `saved` lacks, from runs
+    before they were recorded, count as unchanged."""
+    changed = [key for key, value in current.items() if key in saved and saved[key] != value]
+    return [part for index, key in enumerate(changed)
+            for part in ("; " if index else "", Named(key) if key in arguments else key,
+                         f" {_shown(saved[key])} then, {_shown(current[key])} now")]
+
+
+def recorded(settings):
+    """A run's settings as run.json keeps and compares them: keyed by the run's arguments as Python
+    names them (a record written before, keyed by the command line's flags, `--val-data`, read
+    as `val_data`), each value as a value, not a spelling: `weights` None, "none" and "None" are
+    one value, None."""
+    settings = {key[2:].replace("-", "_") if key.startswith("--") else key: value for key, value in settings.items()}
+    if isinstance(settings.get("weights"), str) and settings["weights"].lower() == "none":
+        settings["weights"] = None
+    return settings
 
 
 class RunRecord:
@@ -36,9 +48,11 @@ class RunRecord:
     refuses a rerun whose settings differ from the recorded ones (naming each
     one) once the run has something to lose: a finished stage or a backup; a
     folder with neither is started over. `finished(stage)` tells which stages
-    a rerun skips.
+    a rerun skips. The settings are keyed by the run's arguments (`recorded`),
+    so a run started from Python resumes from the command line and the other
+    way round.
 
-        {"command": "finetune", "settings": {"--epochs": 10, ...}, "finished": ["head"]}
+        {"command": "finetune", "settings": {"data": "/photos", "weights": null, ...}, "finished": ["head"]}
     """
 
     FILENAME = "run.json"
@@ -61,20 +75,22 @@ class RunRecord:
         self._write()
 
     @classmethod
-    def open(cls, output_dir, command, settings, recipe=None, recipe_name=None):
+    def open(cls, output_dir, command, settings, recipe=None, recipe_name=None, arguments=()):
         """The record of the run in `output_dir`, started anew where there is none (a `BackupError`
         when the folder holds a run of another command, other settings or, given a
-        `training.recipe.Recipe`, another recipe: its knobs are in `recipe.json` beside run.json)."""
+        `training.recipe.Recipe`, another recipe: its knobs are in `recipe.json` beside run.json).
+        `arguments`: the keys of `settings` that are the run's arguments, which a refusal names as such
+        (`Named`: the command line writes its flag); the others (`classes`) as they are."""
         path = os.path.join(output_dir, cls.FILENAME)
-        settings = json.loads(json.dumps(settings))  # as a rerun reads them back: lists, not tuples
+        settings = recorded(json.loads(json.dumps(settings)))  # as a rerun reads them back: lists, not tuples
         try:
             with open(path) as file:
                 saved = json.load(file)
         except FileNotFoundError:
             saved = None
         except (OSError, ValueError) as error:
-            raise BackupError(f"{path} is unreadable ({error}); delete it to start the run over, or "
-                              "give another --output-dir.") from error
+            raise BackupError(f"{path} is unreadable ({error}); delete it to start the run over, or give "
+                              "another ", Named("output_dir"), ".") from error
         if saved is not None and not saved.get("finished") and not os.path.isdir(
                 os.path.join(output_dir, "backup")):
             # Started, but nothing trained that a rerun would lose (refused or stopped before its
@@ -85,15 +101,16 @@ class RunRecord:
             record._recipe = (recipe, recipe_name)
             return record
         if saved.get("command") != command:
-            raise BackupError(f"{output_dir} holds a run of `keras-cait {saved.get('command')}`; give "
-                              f"`keras-cait {command}` another --output-dir.")
-        changed = differences(saved.get("settings", {}), settings)
+            raise BackupError(f"{output_dir} holds a {saved.get('command')} run; give this {command} run another ",
+                              Named("output_dir"), ".")
+        changed = differences(recorded(saved.get("settings", {})), settings, arguments)
         if recipe is not None:
-            changed = "; ".join(filter(None, [changed, _recipe_differences(output_dir, recipe)]))
+            knobs = _recipe_differences(output_dir, recipe)
+            changed = [*changed, "; ", *knobs] if changed and knobs else changed or knobs
         if changed:
             raise BackupError(
-                f"{output_dir} holds a run with other settings ({changed}). Rerun with that run's "
-                "settings to resume it, give another --output-dir, or delete the folder to start "
+                f"{output_dir} holds a run with other settings (", changed, "). Rerun with that run's "
+                "settings to resume it, give another ", Named("output_dir"), ", or delete the folder to start "
                 f"over: rm -r {output_dir}"
             )
         return cls(path, command, settings, saved.get("finished", []))
@@ -116,19 +133,19 @@ RECIPE_FILENAME = "recipe.json"
 
 
 def _recipe_differences(output_dir, recipe):
-    """The knobs (as flags) in which `recipe` differs from the recipe the run in `output_dir` ran."""
-    from keras_cait.training.recipe import Recipe, flag
+    """The parts naming the knobs in which `recipe` differs from the recipe the run in `output_dir` ran."""
+    from keras_cait.training.recipe import Recipe
 
     path = os.path.join(output_dir, RECIPE_FILENAME)
     try:
         saved = Recipe.load(path)
     except FileNotFoundError:
-        return f"{path} missing"
+        return [f"{path} missing"]
     except (OSError, ValueError, TypeError) as error:
-        raise BackupError(f"{path} is unreadable ({error}); delete the folder to start the run over, or "
-                          "give another --output-dir.") from error
-    return differences({flag(name): value for name, value in saved.as_dict().items()},
-                       {flag(name): value for name, value in recipe.as_dict().items()})
+        raise BackupError(f"{path} is unreadable ({error}); delete the folder to start the run over, or give "
+                          "another ", Named("output_dir"), ".") from error
+    knobs = recipe.as_dict()
+    return differences(saved.as_dict(), knobs, arguments=knobs)
 
 
 def _shown(value):
@@ -136,8 +153,10 @@ def _shown(value):
     return f"[{listed(value, 3)}]" if isinstance(value, list) else value
 
 
-class BackupError(ValueError):
-    """The backups cannot be resumed from: none is usable, or they are of another plan."""
+class BackupError(Said, ValueError):
+    """The backups cannot be resumed from: none is usable, or they are of another plan; or the
+    output folder holds a run this one cannot continue. Its text names the run's arguments as
+    Python writes them (`output_dir`), `render(name)` as another caller spells them (a `Said`)."""
 
 
 class _ChangedPlan(BackupError):
@@ -206,7 +225,7 @@ class ResumableBackup(keras.callbacks.Callback):
         return [latest] + [f for f in folders if f != latest], None
 
     def _check_plan(self, saved):
-        changed = differences(saved, self.plan)
+        changed = spoken(differences(saved, self.plan))
         if changed:
             raise _ChangedPlan(
                 f"The backup in {self.backup_dir} is of a run with another plan ({changed}), "

@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import shlex
+import sys
 
 import keras
 
@@ -30,10 +31,11 @@ class Run:
         # Every worker saves (Keras' multi-worker rule); only the chief's files are the run's.
         self.output_dir = os.fspath(output_dir) if distribution.is_chief else os.path.join(
             output_dir, "workers", str(distribution.worker_index))
+        arguments = list(settings)
         settings = {**settings, "classes": list(self.data.train.class_names),
                     "global batch size": self.plan.global_batch}
         self.record = resume.RunRecord.open(self.output_dir, command, settings, recipe=recipe,
-                                            recipe_name=_recipe_name(recipe))
+                                            recipe_name=_recipe_name(recipe), arguments=arguments)
         self.resumed = {}
 
     def announce(self):
@@ -72,7 +74,7 @@ class Run:
                 self.data.train, augmentation, self.plan.global_batch, epochs, seed=seed, start_step=step,
                 shuffle_buffer=shuffle_buffer, cache=cache)
 
-        with sources.undecodable_named(self.data.named, RunError):
+        with sources.undecodable_named(self.data.named, RunError):  # a bad image the check did not reach
             history = resume.fit(
                 model, stream_from, epochs, self.plan.steps, backup=backup, callbacks=callbacks,
                 validation_data=validation, verbose=self.verbose,
@@ -115,9 +117,9 @@ def _recipe_name(recipe):
 
 
 def settings(**values):
-    """What a rerun in the same output folder must give again (by its command-line flag, as
-    run.json and the refusal of a rerun name them)."""
-    return {"--" + name.replace("_", "-"): value for name, value in sorted(values.items())}
+    """What a rerun in the same output folder must give again, by argument (as run.json and the
+    refusal of a rerun name them; `resume.recorded`)."""
+    return dict(sorted(values.items()))
 
 
 FILES = {
@@ -146,7 +148,7 @@ def _summary(output_dir, finished_earlier=False, resumed=None):
 
 
 def _print_summary(summary):
-    """Where the files went, the best validation accuracy, and what to run next."""
+    """Where the files went, and the best validation accuracy."""
     output_dir = summary["output_dir"]
     print(f"\nDone. In {output_dir}:")
     for name, what in summary["files"].items():
@@ -163,10 +165,4 @@ def _print_summary(summary):
             best["monitor"], best["monitor"])
         value = f"{best['value']:.2%}" if best["monitor"].endswith("accuracy") else f"{best['value']:.4g}"
         print(f"Best {name}: {value} at epoch {best['epoch']}{stage} (best.keras).")
-    model = shlex.quote(os.path.join(output_dir, "best.keras"))
-    serving = shlex.quote(os.path.join("serving", os.path.basename(os.path.abspath(output_dir)), "1"))
-    print("Next:")
-    print(f"  keras-cait predict IMAGE... --model {model}")
-    print(f"  keras-cait evaluate --model {model} --data TEST_FOLDER")
-    print(f"  keras-cait export {serving} --model {model}    (TF Serving; or a .onnx, .tflite, .xml file)",
-          flush=True)
+    sys.stdout.flush()

@@ -32,7 +32,7 @@ def test_finetune_of_a_folder_of_20_images_with_only_its_required_flags_ends_wit
     run = tmp_path / "runs" / "first"
     assert {"best.keras", "final.keras", "head.weights.h5", "run.json", "recipe.json"} <= set(os.listdir(run))
     settings = json.loads((run / "run.json").read_text())["settings"]
-    assert settings["--precision"] == precision and settings["global batch size"] == 18
+    assert settings["precision"] == precision and settings["global batch size"] == 18
     assert json.loads((run / "recipe.json").read_text())["batch_size"] == 18
 
 

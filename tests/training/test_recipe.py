@@ -10,7 +10,8 @@ import pytest
 
 from keras_cait.models.architecture import build_cait
 from keras_cait.training import Augmentation, adamw, resume, schedule
-from keras_cait.errors import ArgumentError
+from keras_cait.cli.errors import flag_name
+from keras_cait.errors import ArgumentError, spoken
 from keras_cait.training.recipe import DEIT, RECIPES, KnobError, Recipe
 from keras_cait.training.resume import BackupError, RunRecord
 from tests.conftest import TINY_CAIT
@@ -69,7 +70,7 @@ def test_the_optimizer_a_recipe_builds_has_every_knob(name):
         global_batch, head=True)), rel=1e-5)
 
 
-def test_replace_save_load_and_differences_name_the_flags(tmp_path):
+def test_replace_save_load_and_differences_name_the_knobs(tmp_path):
     recipe = RECIPES["deit"].replace(epochs=30, opt_betas=(0.8, 0.99))
     assert recipe.epochs == 30 and RECIPES["deit"].epochs == 400  # frozen: a copy
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -79,8 +80,9 @@ def test_replace_save_load_and_differences_name_the_flags(tmp_path):
     saved = json.loads(open(path).read())
     assert saved["recipe"] == "deit" and saved["epochs"] == 30 and saved["opt_betas"] == [0.8, 0.99]
     assert Recipe.load(path) == recipe
-    assert resume._recipe_differences(str(tmp_path), recipe.replace(epochs=10, model_ema=False)) == (
-        "--epochs 30 then, 10 now; --model-ema True then, False now")
+    changed = resume._recipe_differences(str(tmp_path), recipe.replace(epochs=10, model_ema=False))
+    assert spoken(changed) == "epochs 30 then, 10 now; model_ema True then, False now"
+    assert spoken(changed, flag_name) == "--epochs 30 then, 10 now; --model-ema True then, False now"
     with pytest.raises(TypeError, match="no knob epoch;"):
         recipe.replace(epoch=3)
     with pytest.raises(ValueError, match=r"^reprob=1.5: must be between 0 and 1; e.g. reprob=0.25$"):
@@ -107,27 +109,27 @@ def test_a_knob_of_the_wrong_type_or_range_is_one_error_naming_it(knob, value, l
 
 def test_a_rerun_with_a_changed_knob_is_refused_by_name(tmp_path):
     recipe = RECIPES["transfer"]
-    record = RunRecord.open(str(tmp_path), "finetune", {"--data": "a"}, recipe=recipe, recipe_name="transfer")
+    record = RunRecord.open(str(tmp_path), "finetune", {"data": "a"}, recipe=recipe, recipe_name="transfer")
     assert not (tmp_path / "recipe.json").exists()  # written when the run starts training
     record.begin()
     assert Recipe.load(str(tmp_path / "recipe.json")) == recipe
-    RunRecord.open(str(tmp_path), "finetune", {"--data": "a"}, recipe=recipe)  # the same: resumes
+    RunRecord.open(str(tmp_path), "finetune", {"data": "a"}, recipe=recipe)  # the same: resumes
     (tmp_path / "backup").mkdir()  # a backup: the run has something to lose
-    with pytest.raises(BackupError, match=r"--head-epochs 2 then, 3 now; --mixup 0.0 then, 0.8 now"):
-        RunRecord.open(str(tmp_path), "finetune", {"--data": "a"}, recipe=recipe.replace(head_epochs=3, mixup=0.8))
+    with pytest.raises(BackupError, match=r"head_epochs 2 then, 3 now; mixup 0.0 then, 0.8 now"):
+        RunRecord.open(str(tmp_path), "finetune", {"data": "a"}, recipe=recipe.replace(head_epochs=3, mixup=0.8))
 
 
 def test_a_folder_whose_run_trained_nothing_is_started_over_by_a_run_with_other_settings(tmp_path):
     """A start refused or stopped before its first backup leaves run.json; the corrected rerun
     is not "a run with other settings"."""
-    RunRecord.open(str(tmp_path), "finetune", {"--data": "a"}, recipe=RECIPES["transfer"]).begin()
+    RunRecord.open(str(tmp_path), "finetune", {"data": "a"}, recipe=RECIPES["transfer"]).begin()
     other = RECIPES["transfer"].replace(batch_size=4)
-    record = RunRecord.open(str(tmp_path), "finetune", {"--data": "b"}, recipe=other)
+    record = RunRecord.open(str(tmp_path), "finetune", {"data": "b"}, recipe=other)
     record.begin()
-    assert record.settings == {"--data": "b"} and Recipe.load(str(tmp_path / "recipe.json")) == other
+    assert record.settings == {"data": "b"} and Recipe.load(str(tmp_path / "recipe.json")) == other
     record.finish("head")
-    with pytest.raises(BackupError, match=r"--data b then, a now"):
-        RunRecord.open(str(tmp_path), "finetune", {"--data": "a"}, recipe=other)
+    with pytest.raises(BackupError, match=r"data b then, a now"):
+        RunRecord.open(str(tmp_path), "finetune", {"data": "a"}, recipe=other)
 
 
 def test_the_demo_trains_with_its_recipe_compiled_as_a_run_compiles():

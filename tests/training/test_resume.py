@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from keras_cait.training import adamw
-from keras_cait.training.resume import ResumableBackup, build_optimizer, fit
+from keras_cait.cli.errors import flag_name
+from keras_cait.training.resume import BackupError, ResumableBackup, RunRecord, build_optimizer, fit
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STEPS_PER_EPOCH = 90 // 8  # 100 digits, 10% held out, batches of 8
@@ -95,6 +96,70 @@ def finetune(model_path, data_dir, output_dir, *changes):
     env = {**os.environ, "PYTHONPATH": REPOSITORY, "TF_CPP_MIN_LOG_LEVEL": "3"}
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
+
+
+# === The run record ===
+
+
+def test_a_record_keyed_by_flags_is_read_by_argument_and_none_is_one_value(tmp_path):
+    """run.json was keyed by the command line's flags, and weights=None (Python) and --weights none
+    (the command) were two values: a run started from one could not be resumed from the other."""
+    settings = {"data": "/photos", "weights": None, "val_fraction": 0.1, "classes": ["a", "b"]}
+    flags = {"--data": "/photos", "--weights": "none", "--val-fraction": 0.1, "classes": ["a", "b"]}
+    (tmp_path / "run.json").write_text(json.dumps({"command": "finetune", "settings": flags, "finished": ["head"]}))
+    for weights in (None, "none", "None"):  # every spelling of no weights resumes it
+        record = RunRecord.open(str(tmp_path), "finetune", {**settings, "weights": weights}, arguments=settings)
+        assert record.finished("head") and record.settings == settings
+    with pytest.raises(BackupError) as refused:
+        RunRecord.open(str(tmp_path), "finetune", {**settings, "weights": "imagenet"}, arguments=settings)
+    assert "(weights None then, imagenet now)" in str(refused.value)
+    assert "(--weights None then, imagenet now)" in refused.value.render(flag_name)
+    assert "give another output_dir," in str(refused.value)
+    assert "give another --output-dir," in refused.value.render(flag_name)
+    record.finish("full")  # written back keyed by argument
+    assert json.loads((tmp_path / "run.json").read_text())["settings"] == settings
+
+
+def test_a_folder_of_another_command_is_refused_in_python_words(tmp_path):
+    RunRecord.open(str(tmp_path), "train", {"data": "a"}).finish("train")
+    with pytest.raises(BackupError) as refused:
+        RunRecord.open(str(tmp_path), "finetune", {"data": "a"})
+    assert str(refused.value) == f"{tmp_path} holds a train run; give this finetune run another output_dir."
+    assert refused.value.render(flag_name).endswith("give this finetune run another --output-dir.")
+
+
+@pytest.mark.large
+def test_a_run_started_from_python_resumes_from_the_command_and_the_other_way_round(digits, tmp_path, capsys):
+    """weights=None from Python, --weights none from the command: one run. A folder written before,
+    keyed by flags, resumes too."""
+    from keras_cait.cli import main
+    from keras_cait.training import RECIPES, run
+
+    data = digits(tmp_path / "digits", per_class=2, size=32, classes=range(3))
+    recipe = RECIPES["transfer"].replace(head_epochs=1, epochs=0, batch_size=6)
+    python = dict(weights=None, image_size=32, val_fraction=0, recipe=recipe, precision="float32", verbose=0)
+    command = ["--model", "XXS24", "--weights", "none", "--data", data, "--image-size", "32", "--val-fraction", "0",
+               "--recipe", "transfer", "--head-epochs", "1", "--epochs", "0", "--batch-size", "6",
+               "--precision", "float32", "--verbose", "0"]
+
+    started = str(tmp_path / "from_python")
+    run.finetune("XXS24", data, started, **python)
+    record = json.loads(open(os.path.join(started, "run.json")).read())
+    assert record["settings"]["weights"] is None and "--weights" not in record["settings"]
+    flags = {(key if key in ("classes", "global batch size") else "--" + key.replace("_", "-")): value
+             for key, value in record["settings"].items()}
+    with open(os.path.join(started, "run.json"), "w") as file:  # as a run of the previous version wrote it
+        json.dump({**record, "settings": {**flags, "--weights": "none"}}, file)
+    capsys.readouterr()
+    main(["finetune", *command, "--output-dir", started])
+    assert "finished earlier with the same settings: nothing to train" in capsys.readouterr().out
+
+    started = str(tmp_path / "from_the_command")
+    main(["finetune", *command, "--output-dir", started])
+    assert "Next:\n  keras-cait predict IMAGE... --model " in capsys.readouterr().out  # the command's
+    again = run.finetune("XXS24", data, started, **python)
+    assert again.summary["finished_earlier"]
+    assert "keras-cait" not in capsys.readouterr().out
 
 
 def kill_mid_epoch(victim, output_dir, steps_per_epoch=STEPS_PER_EPOCH):
