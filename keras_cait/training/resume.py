@@ -196,6 +196,7 @@ class ResumableBackup(keras.callbacks.Callback):
         self.save_freq = save_freq
         self.checkpoints = list(checkpoints)
         self.step = 0
+        self.saved_step = None  # the step of the newest backup written or resumed from
         self.plan = {}
 
     @staticmethod
@@ -258,7 +259,7 @@ class ResumableBackup(keras.callbacks.Callback):
         """
         folders, problem = self._complete_backups()
         if not folders and problem is None:
-            self.step = 0
+            self.step, self.saved_step = 0, None
             return 0
         build_optimizer(model)
         unusable = [problem] if problem else []
@@ -276,6 +277,7 @@ class ResumableBackup(keras.callbacks.Callback):
                     + "; ".join(unusable) + ".",
                     stacklevel=2,
                 )
+            self.saved_step = self.step
             return self.step
         raise BackupError(
             f"No usable backup in {self.backup_dir} to resume from: " + "; ".join(unusable)
@@ -304,6 +306,7 @@ class ResumableBackup(keras.callbacks.Callback):
         atomic.write_text(
             os.path.join(self.backup_dir, _POINTER), json.dumps({"folder": folder_name, "step": self.step})
         )
+        self.saved_step = self.step
         folders, _ = self._complete_backups()
         for entry in folders[2:]:
             shutil.rmtree(os.path.join(self.backup_dir, entry), ignore_errors=True)

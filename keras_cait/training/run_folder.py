@@ -74,7 +74,7 @@ class Run:
                 self.data.train, augmentation, self.plan.global_batch, epochs, seed=seed, start_step=step,
                 shuffle_buffer=shuffle_buffer, cache=cache)
 
-        with sources.undecodable_named(self.data.named, RunError):  # a bad image the check did not reach
+        with sources.undecodable_named(self.data.named, RunError), self._said_if_interrupted(stage, backup, epochs):
             history = resume.fit(
                 model, stream_from, epochs, self.plan.steps, backup=backup, callbacks=callbacks,
                 validation_data=validation, verbose=self.verbose,
@@ -84,6 +84,23 @@ class Run:
         with contextlib.suppress(OSError):  # the backups' folder, once no run needs it
             os.rmdir(os.path.dirname(backup.backup_dir))
         return history
+
+    @contextlib.contextmanager
+    def _said_if_interrupted(self, stage, backup, epochs):
+        """A KeyboardInterrupt (Ctrl-C) in a stage's fit says in one line, before it goes on, where the
+        run stopped and that the same call again resumes it."""
+        try:
+            yield
+        except KeyboardInterrupt:
+            epoch = min(backup.step // self.plan.steps + 1, epochs)
+            if backup.saved_step is None:
+                kept = "nothing backed up yet, the same call again starts the stage over"
+            else:
+                kept = (f"backed up at step {backup.saved_step} in {backup.backup_dir}, where the same call again "
+                        "resumes it")
+            print(f"\nInterrupted in the {stage} stage at step {backup.step} of {epochs * self.plan.steps} (epoch "
+                  f"{epoch} of {epochs}); {kept}.", flush=True)
+            raise
 
     def summary(self, finished_earlier=False):
         """The run's summary (`summary`), printed by the chief."""

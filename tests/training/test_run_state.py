@@ -100,6 +100,37 @@ def test_the_state_is_put_back_after_a_keyboard_interrupt(policy):
 
 
 @pytest.mark.large
+def test_a_run_interrupted_in_python_says_where_it_stopped_and_the_same_call_resumes_it(
+        tiny_cait, folder, tmp_path, monkeypatch, capsys, policy):
+    """Ctrl-C in a fit used to end in a bare KeyboardInterrupt: nothing said where it stopped or what to do."""
+    from keras_cait.training import resume
+
+    pretrained = str(tmp_path / "pretrained.keras")
+    tiny_cait(classes=10).save(pretrained)
+    recipe = RECIPES["transfer"].replace(head_epochs=2, epochs=0, batch_size=5)  # 4 steps an epoch
+    finetune = lambda: run.finetune(pretrained, folder, tmp_path / "run", recipe=recipe, val_fraction=0,  # noqa: E731
+                                    precision="float32", backup_every=2, deterministic=True, verbose=0)
+    step_ended = resume.ResumableBackup.on_train_batch_end
+
+    def interrupted_at_step_7(backup, batch, logs=None):
+        step_ended(backup, batch, logs)
+        if backup.step == 7:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(resume.ResumableBackup, "on_train_batch_end", interrupted_at_step_7)
+    with pytest.raises(KeyboardInterrupt):
+        finetune()
+    backup = tmp_path / "run" / "backup" / "head"
+    said = capsys.readouterr().out.strip().splitlines()[-1]
+    assert said == (f"Interrupted in the head stage at step 7 of 8 (epoch 2 of 2); backed up at step 6 in {backup}, "
+                    "where the same call again resumes it.")
+    assert not tf_config.is_op_determinism_enabled()  # put back on this exit path too
+
+    monkeypatch.setattr(resume.ResumableBackup, "on_train_batch_end", step_ended)
+    assert finetune().summary["resumed"] == {"head": 6}
+
+
+@pytest.mark.large
 @pytest.mark.parametrize("precision", ["mixed_bfloat16", "float32"])
 def test_evaluate_of_a_keras_file_computes_in_the_precision_asked_for(tiny_cait, folder, tmp_path, precision):
     """It ran in the file's saved policy whatever `precision` said."""
