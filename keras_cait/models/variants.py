@@ -16,6 +16,7 @@ import re
 from keras_cait.errors import ArgumentError, Named
 from keras_cait.models.architecture import build_cait, channels_last_shape, image_shape
 from keras_cait.weights import CHECKPOINTS, WEIGHT_FILES, load_imagenet_weights, load_weights_file
+from keras_cait.weights.download import IMAGENET_CLASSES  # the classes of every released head
 
 #                  width          depth      heads         LayerScale init
 VARIANTS = {
@@ -30,10 +31,6 @@ VARIANTS = {
     "M36": dict(embed_dim=768, depth=36, num_heads=16, init_values=1e-6),
     "M48": dict(embed_dim=768, depth=48, num_heads=16, init_values=1e-6),
 }
-
-
-# The classes of every released checkpoint's head: ImageNet-1k's.
-IMAGENET_CLASSES = 1000
 
 
 def parse_model_name(name, argument="model"):
