@@ -47,8 +47,8 @@ def test_deit_highres_finetune_distils_and_keeps_ema_apart(tiny_cait, digits, tm
 
 @pytest.mark.parametrize(
     "flags, message",
-    [(["--teacher", "x.keras"], "--teacher x.keras is given but --distillation-type none"),
-     (["--distillation-type", "soft"], "--distillation-type soft needs a teacher"),
+    [(["--teacher", "x.keras"], "--teacher x.keras: given, but --distillation-type none distils from no teacher"),
+     (["--distillation-type", "soft"], "needed by --distillation-type soft; give a .keras model"),
      (["--distillation-type", "soft", "--teacher", "NoSuchNet"], "--teacher NoSuchNet: neither a .keras file")],
 )
 def test_distillation_flags_are_checked_before_the_data_are_read(flags, message, tmp_path, monkeypatch):
