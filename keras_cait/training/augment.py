@@ -63,7 +63,12 @@ def random_erasing(probability=0.25):
     # (the JAX backend's training, e.g. on a GPU machine without TensorFlow).
     import tensorflow as tf
 
+    from keras_cait import training
     from keras_cait.training.random_erasing import erasing_mask, erasing_noise
+
+    # Python binds a submodule on its package when it is first imported: keras_cait.training's
+    # `random_erasing` is this function, not the module of the same name.
+    training.random_erasing = random_erasing
 
     mean = [255.0 * m for m in IMAGENET_MEAN]
     std = [255.0 * s for s in IMAGENET_STD]
