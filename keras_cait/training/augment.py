@@ -51,7 +51,7 @@ def random_erasing(probability=0.25):
     timm erases after the ImageNet normalisation, filling the box with N(0, 1)
     noise; our stream normalises inside the model, so the noise is mapped to
     0..255 (`noise × std + mean`, unclipped) and the other pixels stay exactly
-    as they are. See `random_erasing.erasing_box` for the sampling and why
+    as they are. See `erasing.erasing_box` for the sampling and why
     Keras core's `RandomErasing` cannot do it.
 
     Returns:
@@ -63,12 +63,7 @@ def random_erasing(probability=0.25):
     # (the JAX backend's training, e.g. on a GPU machine without TensorFlow).
     import tensorflow as tf
 
-    from keras_cait import training
-    from keras_cait.training.random_erasing import erasing_mask, erasing_noise
-
-    # Python binds a submodule on its package when it is first imported: keras_cait.training's
-    # `random_erasing` is this function, not the module of the same name.
-    training.random_erasing = random_erasing
+    from keras_cait.training.erasing import erasing_mask, erasing_noise
 
     mean = [255.0 * m for m in IMAGENET_MEAN]
     std = [255.0 * s for s in IMAGENET_STD]

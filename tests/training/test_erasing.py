@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from keras_cait.models.architecture import IMAGENET_MEAN, IMAGENET_STD
 from keras_cait.training import augment
-from keras_cait.training.random_erasing import erasing_box
+from keras_cait.training.erasing import erasing_box
 
 # timm, torch and scipy (scikit-learn's) come with the [test] extra: missing is an error, not a skip.
 import timm.data.random_erasing as random_erasing_module
