@@ -164,8 +164,8 @@ def train(model, data, output_dir, *, recipe=None, val_data=None, class_names=No
     settings = run_folder.settings(model=model, data=given(data), val_data=given(val_data), class_names=class_names,
                                    tfds_dir=tfds_dir, image_size=image_size, crop_pct=crop_pct, precision=precision,
                                    seed=seed, teacher=given(teacher), shuffle_buffer=shuffle_buffer)
+    distribution = run_plan.distribution(strategy)  # first: Keras' JAX process group reseeds Python's generator
     run_state.seed(seed, deterministic)
-    distribution = run_plan.distribution(strategy)
     data = run_data.open_data(data, val_data, 0, class_names, tfds_dir, seed)
     run = run_folder.Run("train", settings, recipe, data, distribution, output_dir, verbose, fit_batch_to_data)
     final = os.path.join(run.output_dir, "final.keras")
@@ -232,8 +232,8 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
                                    tfds_dir=tfds_dir, image_size=image_size, crop_pct=crop_pct, precision=precision,
                                    seed=seed, lora_rank=lora_rank, teacher=given(teacher),
                                    shuffle_buffer=shuffle_buffer)
+    distribution = run_plan.distribution(strategy)  # first: Keras' JAX process group reseeds Python's generator
     run_state.seed(seed, deterministic)
-    distribution = run_plan.distribution(strategy)
     data = run_data.open_data(data, val_data, val_fraction, class_names, tfds_dir, seed)
     run = run_folder.Run("finetune", settings, recipe, data, distribution, output_dir, verbose, fit_batch_to_data)
     head_weights = os.path.join(run.output_dir, "head.weights.h5")
