@@ -143,8 +143,18 @@ def _recipe_named(argv, command):
     parser then refuses), read before the parser is built: its values are the flags' defaults."""
     early = argparse.ArgumentParser(add_help=False)
     early.add_argument("--recipe")
-    named = early.parse_known_args(argv)[0].recipe
-    return named if named in recipes.RECIPES else DEFAULT_RECIPES[command]
+    early.add_argument("--model", default="")
+    early.add_argument("--weights", default="imagenet")
+    named = early.parse_known_args(argv)[0]
+    if named.recipe in recipes.RECIPES:
+        return named.recipe
+    return "scratch" if command == "finetune" and _random_weights(named) else DEFAULT_RECIPES[command]
+
+
+def _random_weights(args):
+    """Whether a finetune command line starts from random weights (`--weights none` for a variant),
+    which the `transfer` recipe's learning rate does not train in a short run: `scratch` does."""
+    return str(args.weights).lower() == "none" and not args.model.endswith(".keras")
 
 
 def train_parser(recipe="deit"):
@@ -176,7 +186,8 @@ def finetune_parser(recipe="transfer"):
                         help="CaiT variant (XXS24, cait_xxs24 or cait_xxs24_224, any case) or the "
                              "path of a .keras model")
     parser.add_argument("--weights", default="imagenet",
-                        help="for a variant: imagenet, none, or a weights file")
+                        help="for a variant: imagenet, none (random weights, trained by --recipe scratch "
+                             "unless --recipe is given), or a weights file")
     _add_data_arguments(parser, train=True, model_file=True)
     parser.add_argument("--val-fraction", type=float, default=None,
                         help="the part of --data held out for validation, about as much of each class "
@@ -340,8 +351,13 @@ def parse_arguments(command, argv):
         return parser().parse_args(argv)
     args = parser(_recipe_named(argv, command)).parse_args(argv)
     # The recipe's batch is lowered to what a small folder fills; a --batch-size typed is kept (or refused).
-    args.fit_batch_to_data = not any(word == "--batch-size" or word.startswith("--batch-size=") for word in argv)
+    args.fit_batch_to_data = not _typed_flag("--batch-size", argv)
+    args.recipe_typed = _typed_flag("--recipe", argv)
     return args
+
+
+def _typed_flag(flag, argv):
+    return any(word == flag or word.startswith(flag + "=") for word in argv)
 
 
 def _next_steps(summary):
@@ -371,6 +387,10 @@ def train_run(args):
 @_as_flags
 def finetune_run(args):
     """`keras-cait finetune`: `keras_cait.training.run.finetune` with the flags' values; returns the model."""
+    if args.recipe == "scratch" and _random_weights(args) and not args.recipe_typed:
+        print("--weights none: random weights, so the run trains with --recipe scratch, the recipe that learns from "
+              "them on a small folder (--recipe transfer fine-tunes pretrained ones; --recipe picks another).",
+              flush=True)
     return _trained(run.finetune(**_arguments(run.finetune, args, recipe=recipe_of(args))))
 
 

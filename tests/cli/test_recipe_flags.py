@@ -96,3 +96,33 @@ def test_a_knob_out_of_range_is_refused_naming_its_flag(argv, message, tmp_path,
     with pytest.raises(SystemExit):
         runs.main("finetune", ["--data", str(tmp_path), "--output-dir", str(tmp_path / "out"), *argv])
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("words, recipe", [
+    (["--weights", "none"], "scratch"),  # the Python run's choice for weights=None
+    (["--weights=None"], "scratch"),
+    (["--weights", "none", "--recipe", "transfer"], "transfer"),  # a recipe typed wins
+    (["--weights", "none", "--model", "run/best.keras"], "transfer"),  # a .keras holds its weights
+    (["--weights", "imagenet"], "transfer"),
+    ([], "transfer"),
+])
+def test_finetune_from_random_weights_runs_the_scratch_recipe_unless_one_is_typed(words, recipe, capsys, monkeypatch):
+    args = runs.parse_arguments("finetune", ["--data", "folder", "--output-dir", "out", *words])
+    assert args.recipe == recipe
+    assert runs.recipe_of(args) == RECIPES[recipe]
+    given = {}
+
+    class Ran(Exception):
+        pass
+
+    def finetune(**arguments):
+        given.update(arguments)
+        raise Ran
+
+    monkeypatch.setattr(runs.run, "finetune", finetune)
+    with pytest.raises(Ran):
+        runs.finetune_run(args)
+    assert given["recipe"] == RECIPES[recipe]
+    said = capsys.readouterr().out
+    chosen = recipe == "scratch"
+    assert ("--weights none: random weights, so the run trains with --recipe scratch" in said) == chosen, said
