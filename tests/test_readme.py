@@ -42,10 +42,20 @@ def image_folder(root, classes=("daisy", "roses"), per_class=5):
     return root
 
 
+# TensorFlow's Abseil records ("I0000 00:00:1795884093.947941   13910 port.cc:153] ...", W, E, F)
+# and the notice that opens them: none reaches a reader who runs a snippet as written.
+TENSORFLOW_RECORD = re.compile(
+    r"^([IWEF]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ \S+:\d+\] |WARNING: All log messages before absl)", re.MULTILINE)
+
+
 def run(code, cwd):
+    """`code` run as a reader runs it: a fresh Python, TensorFlow's log level unset as in a fresh
+    terminal. It must succeed and leave no record of TensorFlow's on standard error."""
+    environment = {name: value for name, value in os.environ.items() if name != "TF_CPP_MIN_LOG_LEVEL"}
     done = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
-                          timeout=900, env={**os.environ, "PYTHONPATH": REPOSITORY})
+                          timeout=900, env={**environment, "PYTHONPATH": REPOSITORY})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    assert not TENSORFLOW_RECORD.search(done.stderr), done.stderr[-6000:]
     return done
 
 
@@ -129,7 +139,7 @@ def test_recipes_and_lora_blocks_of_the_training_guide(tmp_path):
     from tests.conftest import TINY_CAIT
 
     prelude = (
-        "import keras, numpy as np\n"
+        "import keras_cait, keras, numpy as np\n"
         "from keras_cait import training\n"
         "from keras_cait.models.architecture import build_cait\n"
         f"model = build_cait(**{TINY_CAIT!r}, input_shape=(32, 32, 3), classes=2)\n"
