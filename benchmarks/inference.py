@@ -14,7 +14,7 @@ under ONNX Runtime, our OpenVINO IR against timm's ONNX on OpenVINO, f32 and bf1
 `{{XXS24 bs1 timm-eager img/s}}` its images/s, `{{table}}` the three tables below,
 `{{same runtime table}}` the third alone and `{{machine}}` the machine's state.
 
-The default paths (`DEFAULT_PATHS`, 15 and the ceiling: 16 workers) are the peers a PyTorch
+The default paths (`DEFAULT_PATHS`, 16 and the ceiling: 17 workers) are the peers a PyTorch
 user reaches (timm eager, torch.compile, autocast bf16, ONNX Runtime and OpenVINO f32/bf16 on
 timm's own ONNX export, and that export quantised to int8 by NNCF) and the paths a keras_cait user
 takes; each worker records its peak memory (`peak_memory_mb`) in the JSON. Both int8 OpenVINO paths
@@ -110,7 +110,7 @@ def _timm_model(spec):
     return timm.create_model(spec["arch"], img_size=spec["image_size"]).eval()
 
 
-def _keras_model(spec, workdir, classifier_activation=None):
+def _keras_model(spec, workdir, classifier_activation=None, dtype=None):
     from keras_cait.models.architecture import build_cait
     from keras_cait.weights import load_weights_file
 
@@ -118,7 +118,7 @@ def _keras_model(spec, workdir, classifier_activation=None):
     model = build_cait(
         embed_dim=spec["embed_dim"], depth=spec["depth"], num_heads=spec["num_heads"],
         init_values=spec["init_values"], patch_size=spec["patch_size"], input_shape=(size, size, 3),
-        classes=spec["classes"], classifier_activation=classifier_activation,
+        classes=spec["classes"], classifier_activation=classifier_activation, dtype=dtype,
     )
     load_weights_file(model, os.path.join(workdir, "timm.safetensors"))
     return model
@@ -296,6 +296,13 @@ def _keras_predict(spec, batches, workdir, threads):
     return lambda pixels: model.predict(pixels, verbose=0)
 
 
+def _keras_predict_bf16(spec, batches, workdir, threads):
+    """`model.predict` of the model built under the `mixed_bfloat16` policy (`dtype=`), as a Keras
+    user runs it on a CPU with bfloat16 units."""
+    model = _keras_model(spec, workdir, dtype="mixed_bfloat16")
+    return lambda pixels: model.predict(pixels, verbose=0)
+
+
 def _keras_predict_on_batch(spec, batches, workdir, threads):
     model = _keras_model(spec, workdir)
     return model.predict_on_batch
@@ -404,6 +411,7 @@ PATHS = {
     "openvino-timm-onnx": _ov_timm,
     "openvino-timm-onnx-bf16": _ov_timm_bf16,
     "keras-predict": _keras_predict,
+    "keras-predict-bf16": _keras_predict_bf16,
     "keras-predict-on-batch": _keras_predict_on_batch,
     "keras-xla": _keras_xla,
     "keras-saved-model": _keras_saved_model,
@@ -428,7 +436,7 @@ PEERS = ("timm-eager", "timm-compile", "timm-autocast-bf16", "ort-timm-onnx", "o
 # The default run: 15 paths + the ceiling = 16 workers (13 + 1 held S24 in 24 GB); the other
 # paths (Keras int8, int4, float8, predict_on_batch, XLA predict) are there for --paths.
 DEFAULT_PATHS = ("timm-eager", "timm-compile", "timm-autocast-bf16", "ort-timm-onnx", "openvino-timm-onnx",
-                 "openvino-timm-onnx-bf16", "openvino-timm-onnx-int8", "keras-predict", "keras-saved-model",
+                 "openvino-timm-onnx-bf16", "openvino-timm-onnx-int8", "keras-predict", "keras-predict-bf16", "keras-saved-model",
                  "keras-saved-model-xla", "keras-saved-model-bf16", "keras-onnx", "keras-openvino",
                  "keras-openvino-bf16", "keras-openvino-int8")
 # The float32 exports, which the SavedModel's speed is measured against.
@@ -445,6 +453,7 @@ SAME_RUNTIME = {
     "keras-saved-model-xla": "timm-eager",
     "keras-saved-model-bf16": "timm-autocast-bf16",
     "keras-predict-onednn": "timm-eager",
+    "keras-predict-bf16": "timm-autocast-bf16",
     "keras-saved-model-onednn": "timm-eager",
 }
 # M36/M48 (--big): the paths users take, as few workers as that (each holds 1-2 GB of weights).
@@ -457,6 +466,7 @@ LABELS = {
     "openvino-timm-onnx": "OpenVINO (f32) on timm's ONNX",
     "openvino-timm-onnx-bf16": "OpenVINO (bf16) on timm's ONNX",
     "keras-predict": "`model.predict`",
+    "keras-predict-bf16": "`model.predict`, `mixed_bfloat16`",
     "keras-predict-on-batch": "`predict_on_batch`",
     "keras-xla": "`predict_on_batch`, `jit_compile=True`",
     "keras-saved-model": "SavedModel `serving_default`",
