@@ -436,8 +436,8 @@ PEERS = ("timm-eager", "timm-compile", "timm-autocast-bf16", "ort-timm-onnx", "o
 # The default run: 15 paths + the ceiling = 16 workers (13 + 1 held S24 in 24 GB); the other
 # paths (Keras int8, int4, float8, predict_on_batch, XLA predict) are there for --paths.
 DEFAULT_PATHS = ("timm-eager", "timm-compile", "timm-autocast-bf16", "ort-timm-onnx", "openvino-timm-onnx",
-                 "openvino-timm-onnx-bf16", "openvino-timm-onnx-int8", "keras-predict", "keras-predict-bf16", "keras-saved-model",
-                 "keras-saved-model-xla", "keras-saved-model-bf16", "keras-onnx", "keras-openvino",
+                 "openvino-timm-onnx-bf16", "openvino-timm-onnx-int8", "keras-predict", "keras-predict-bf16",
+                 "keras-saved-model", "keras-saved-model-xla", "keras-saved-model-bf16", "keras-onnx", "keras-openvino",
                  "keras-openvino-bf16", "keras-openvino-int8")
 # The float32 exports, which the SavedModel's speed is measured against.
 FLOAT32_EXPORTS = ("keras-saved-model", "keras-saved-model-xla", "keras-onnx", "keras-openvino")
