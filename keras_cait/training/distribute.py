@@ -34,6 +34,8 @@ from collections.abc import Callable
 
 import keras
 
+from keras_cait.errors import ArgumentError, Named
+
 STRATEGIES = ("none", "mirrored", "multiworker", "dataparallel")
 
 # Keras' own variables for JAX across processes (`keras.distribution.initialize`).
@@ -110,11 +112,11 @@ def _check_no_cluster_for(name, environ=None):
     environ = os.environ if environ is None else environ
     count = environ.get(NUM_PROCESSES, "").strip()
     if name != "dataparallel" and count.isdigit() and int(count) > 1:
-        raise ValueError(
-            f"{NUM_PROCESSES}={count} makes a cluster of JAX processes, which only --strategy "
-            "dataparallel (KERAS_BACKEND=jax) joins; with --strategy " + name + " each process would "
-            f"train alone. Use --strategy dataparallel, or unset the KERAS_DISTRIBUTION_* variables."
-        )
+        raise ArgumentError(
+            "strategy", name, [f"{NUM_PROCESSES}={count} makes a cluster of JAX processes, which only ",
+                               Named("strategy", "dataparallel"), " (KERAS_BACKEND=jax) joins: each process would "
+                               "train alone"],
+            ["use ", Named("strategy", "dataparallel"), ", or unset the KERAS_DISTRIBUTION_* variables"])
     tf_config = environ.get("TF_CONFIG", "")
     if name not in ("multiworker", "dataparallel") and tf_config.strip():
         try:
@@ -122,11 +124,10 @@ def _check_no_cluster_for(name, environ=None):
         except (ValueError, AttributeError, TypeError):
             size = 0  # not ours to judge: a multiworker run reports it
         if size > 1:
-            raise ValueError(
-                f"TF_CONFIG names a cluster of {size} workers, which only --strategy multiworker "
-                f"joins; with --strategy {name} each process would train alone. Use --strategy "
-                "multiworker, or unset TF_CONFIG."
-            )
+            raise ArgumentError(
+                "strategy", name, [f"TF_CONFIG names a cluster of {size} workers, which only ",
+                                   Named("strategy", "multiworker"), " joins: each process would train alone"],
+                ["use ", Named("strategy", "multiworker"), ", or unset TF_CONFIG"])
 
 
 def _start_jax_processes(processes):
@@ -261,14 +262,13 @@ def distribution(name="none"):
     """Sets up the strategy `name` (see the module docstring) and returns its `Distribution`."""
     backend = keras.backend.backend()
     if name not in STRATEGIES:
-        raise ValueError(f"strategy={name!r}: must be one of {', '.join(STRATEGIES)}.")
+        raise ArgumentError("strategy", name, f"must be one of {', '.join(STRATEGIES)}", usage=True)
     needs = {"mirrored": "tensorflow", "multiworker": "tensorflow", "dataparallel": "jax"}
     if name in needs and backend != needs[name]:
-        other = "dataparallel" if backend == "jax" else "mirrored or multiworker"
-        raise ValueError(
-            f"strategy={name!r} needs the {needs[name]} backend but Keras runs on {backend}; "
-            f"set KERAS_BACKEND={needs[name]} or use --strategy {other}."
-        )
+        others = [Named("strategy", "dataparallel")] if backend == "jax" else [
+            Named("strategy", "mirrored"), " or ", Named("strategy", "multiworker")]
+        raise ArgumentError("strategy", name, f"needs the {needs[name]} backend but Keras runs on {backend}",
+                            [f"set KERAS_BACKEND={needs[name]} or use ", *others])
     _check_no_cluster_for(name)
     if name == "none":
         return Distribution(name, 1, True, 0, contextlib.nullcontext)
@@ -288,11 +288,9 @@ def distribution(name="none"):
         strategy = tf.distribute.MirroredStrategy()
         return Distribution(name, strategy.num_replicas_in_sync, True, 0, strategy.scope)
     if "TF_CONFIG" not in os.environ:
-        raise ValueError(
-            "strategy='multiworker' needs the TF_CONFIG environment variable on each host, e.g. "
-            '{"cluster": {"worker": ["host1:12345", "host2:12345"]}, '
-            '"task": {"type": "worker", "index": 0}}.'
-        )
+        raise ArgumentError(
+            "strategy", name, "needs the TF_CONFIG environment variable on each host",
+            'e.g. {"cluster": {"worker": ["host1:12345", "host2:12345"]}, "task": {"type": "worker", "index": 0}}')
     config = json.loads(os.environ["TF_CONFIG"])
     task_type = config.get("task", {}).get("type", "worker")
     index = int(config.get("task", {}).get("index", 0))

@@ -23,7 +23,8 @@ import tensorflow as tf
 
 import keras_cait  # noqa: F401 (registers CaiTModel, which the .keras files name)
 from keras_cait.cli import runs
-from keras_cait.cli.errors import CommandFailed
+from keras_cait.cli.errors import CommandFailed, flag_name
+from keras_cait.errors import ArgumentError
 from keras_cait.training import distribute
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -32,13 +33,18 @@ JAX_CLUSTER = {distribute.ADDRESSES: "127.0.0.1:1234", distribute.NUM_PROCESSES:
                distribute.PROCESS_ID: "0"}
 
 
-def test_strategy_errors_name_the_backend_and_the_fix(monkeypatch):
-    with pytest.raises(ValueError, match="must be one of none, mirrored, multiworker, dataparallel"):
+def test_strategy_errors_name_the_backend_and_the_fix_in_the_caller_s_words(monkeypatch):
+    """Python reads `strategy='mirrored'`, the command `--strategy mirrored`, each once."""
+    with pytest.raises(ArgumentError) as refused:
         distribute.distribution("horovod")
-    with pytest.raises(ValueError, match="needs the jax backend .* --strategy mirrored"):
+    assert str(refused.value) == "strategy='horovod': must be one of none, mirrored, multiworker, dataparallel"
+    with pytest.raises(ArgumentError) as refused:
         distribute.distribution("dataparallel")
+    assert str(refused.value) == ("strategy='dataparallel': needs the jax backend but Keras runs on tensorflow; "
+                                  "set KERAS_BACKEND=jax or use strategy='mirrored' or strategy='multiworker'")
+    assert refused.value.render(flag_name).endswith("use --strategy mirrored or --strategy multiworker")
     monkeypatch.delenv("TF_CONFIG", raising=False)
-    with pytest.raises(ValueError, match="needs the TF_CONFIG environment variable"):
+    with pytest.raises(ArgumentError, match="^strategy='multiworker': needs the TF_CONFIG environment variable"):
         distribute.distribution("multiworker")
 
 
@@ -78,12 +84,14 @@ def test_a_cluster_the_strategy_would_not_join_is_refused_in_one_line(monkeypatc
     line = capsys.readouterr().err.strip()
     assert "\n" not in line
     assert line.startswith("keras-cait train: --strategy none: KERAS_DISTRIBUTION_NUM_PROCESSES=2") \
-        and "only --strategy dataparallel" in line
+        and "only --strategy dataparallel" in line and line.count("--strategy none") == 1
     monkeypatch.delenv(distribute.NUM_PROCESSES)
     workers = {"cluster": {"worker": ["h0:1", "h1:1"]}, "task": {"type": "worker", "index": 0}}
     monkeypatch.setenv("TF_CONFIG", json.dumps(workers))
-    with pytest.raises(ValueError, match="TF_CONFIG names a cluster of 2 workers, which only --strategy multiworker"):
+    with pytest.raises(ArgumentError) as refused:
         distribute.distribution("mirrored")
+    assert str(refused.value).startswith("strategy='mirrored': TF_CONFIG names a cluster of 2 workers, which only "
+                                         "strategy='multiworker' joins")
     monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"chief": ["h0:1"]}, "task": {"type": "chief"}}))
     assert distribute.distribution("none").is_chief  # a one-task TF_CONFIG (Vertex AI sets one) is no cluster
 

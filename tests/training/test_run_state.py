@@ -99,6 +99,25 @@ def test_the_state_is_put_back_after_a_keyboard_interrupt(policy):
     assert draws() == expected
 
 
+def test_keras_distribution_a_run_sets_is_put_back(policy):
+    """strategy="dataparallel" sets Keras' global distribution (JAX); the caller's comes back."""
+    from keras_cait.training import run_state
+
+    caller, runs = object(), object()  # stand-ins: keras.distribution keeps whatever it is given
+
+    @run_state.process_state_kept
+    def a_run():
+        keras.distribution.set_distribution(runs)
+        assert keras.distribution.distribution() is runs
+
+    keras.distribution.set_distribution(caller)
+    try:
+        a_run()
+        assert keras.distribution.distribution() is caller
+    finally:
+        keras.distribution.set_distribution(None)
+
+
 @pytest.mark.large
 def test_a_run_interrupted_in_python_says_where_it_stopped_and_the_same_call_resumes_it(
         tiny_cait, folder, tmp_path, monkeypatch, capsys, policy):
