@@ -117,8 +117,10 @@ class InferenceGraph(tf.Module):
             constructor, with `include_top=True`, `include_preprocessing=True`);
             `folds(model)` says whether it is one.
         runtime: "tensorflow" for graphs that TensorFlow or LiteRT run,
-            "onnx" for graphs converted to ONNX or OpenVINO: the forms of GELU
-            and LayerNorm that each fuses (the module docstring).
+            "onnx" for graphs converted to ONNX, "openvino" for OpenVINO: the
+            forms of GELU and LayerNorm that each fuses (the module docstring);
+            for OpenVINO the talking-heads mixes' kernels are also computed at
+            run time (`_mix_heads`).
         compute_dtype: "float32", or "bfloat16" for CPUs with bfloat16 units
             and GPUs: the patch embedding, every linear layer (its bias and the
             GELU after it included) and the attention matmuls compute in
@@ -139,6 +141,7 @@ class InferenceGraph(tf.Module):
             raise ValueError(f"compute_dtype={compute_dtype!r}: must be one of {COMPUTE_DTYPES}.")
         self.compute_dtype = compute_dtype
         self.gelu, self.layer_norm = FORMS[runtime]
+        self.kernel_at_run_time = runtime == "openvino"
         layers, self_blocks, class_blocks = _structure(model)
         self.image_shape = tuple(model.inputs[0].shape[1:])
         self.softmax = layers["predictions"].activation is keras.activations.softmax
@@ -257,9 +260,10 @@ class InferenceGraph(tf.Module):
         query, key, value = tf.unstack(tf.reshape(qkv, [3, -1, tokens, head_dim]))  # (H·batch, tokens, d)
         logits = self._float(tf.matmul(query, key, transpose_b=True))  # (H·batch, tokens, tokens)
         # The pre-softmax mix's bias is constant along the softmax's axis, so the softmax cancels it.
-        attention = tf.nn.softmax(_mix_heads(logits, weights["pre_softmax_head_mix_kernel"]))
+        attention = tf.nn.softmax(_mix_heads(logits, weights["pre_softmax_head_mix_kernel"],
+                                             kernel_at_run_time=self.kernel_at_run_time))
         attention = _mix_heads(attention, weights["post_softmax_head_mix_kernel"],
-                               weights["post_softmax_head_mix_bias"])
+                               weights["post_softmax_head_mix_bias"], self.kernel_at_run_time)
         outputs = tf.matmul(self._low(attention), value)  # (H·batch, tokens, d)
         outputs = tf.reshape(tf.transpose(tf.reshape(outputs, [heads, -1, head_dim]), [1, 0, 2]), [-1, channels])
         return self._float(_linear(outputs, weights["output_projection_kernel"], weights["output_projection_bias"]))
@@ -310,6 +314,7 @@ def _tensorflow_layer_norm(x, gamma, beta):
 FORMS = {
     "tensorflow": (lambda x: tf.nn.gelu(x, approximate=False), _tensorflow_layer_norm),
     "onnx": (_onnx_gelu, _onnx_layer_norm),
+    "openvino": (_onnx_gelu, _onnx_layer_norm),
 }
 
 
@@ -317,13 +322,21 @@ def _norm_of(weights, name):
     return weights[f"{name}_gamma"], weights[f"{name}_beta"]
 
 
-def _mix_heads(scores, kernel, bias=None):
+def _mix_heads(scores, kernel, bias=None, kernel_at_run_time=False):
     """Talking heads over (H·batch, N, M): out_h' = Σ_h kernel[h', h] · scores_h (+ bias[h']).
 
     One (H, H) @ (H, batch·N·M) matmul, the heads leading: no transpose of the large tensor.
+
+    `kernel_at_run_time` (OpenVINO): the kernel is multiplied by a 1 computed from the batch size,
+    so that it is no constant in the IR. OpenVINO's CPU plugin runs a MatMul whose left operand is a
+    constant in float32 whatever its inference precision, with a reorder from and back to bfloat16
+    around each (a fifth of S24's time at batch 16 in bf16); a MatMul of two computed operands runs
+    in the inference precision, on AMX tiles where the CPU has them (docs/benchmarks.md).
     """
     _, queries, keys = scores.shape
     heads = kernel.shape[0]
+    if kernel_at_run_time:
+        kernel = kernel * tf.cast(tf.minimum(tf.shape(scores)[0], 1), kernel.dtype)
     mixed = tf.matmul(kernel, tf.reshape(scores, [heads, -1]))
     if bias is not None:
         mixed = mixed + bias

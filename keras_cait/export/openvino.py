@@ -109,7 +109,7 @@ def export_openvino(model, path, *, quantization=None, calibration=None, calibra
         with _quiet():  # nncf imports torch, where it is installed, which probes for CUDA
             require_extra(FORMAT.exporter, FORMAT.extra, "nncf")
 
-    forward = inference_form(model, runtime="onnx")
+    forward = inference_form(model, runtime="openvino")
     if quantization and not isinstance(forward, InferenceGraph):
         raise ArgumentError(
             "model", None, [Named("quantization", quantization),
@@ -148,7 +148,8 @@ def matmul_roles(ov_model):
 
     - "linear": a MatMul with constant weights (qkv, projections, MLP), the head left out;
     - "head": the last of those, the classifier;
-    - "head_mixes": the talking-heads mixes, `(H, H)` constants on the left;
+    - "head_mixes": the talking-heads mixes, `(H, H)` constants (times a 1 computed at run time,
+      `inference_graph._mix_heads`) on the left;
     - "attention": the matmuls of two activations (q·kᵀ, attention·v) and OpenVINO's fused
       class attention (ScaledDotProductAttention);
     - "after_softmax": the attention·v matmuls, which read the (mixed) softmax.
@@ -161,7 +162,7 @@ def matmul_roles(ov_model):
         if kind != "MatMul":
             continue
         constant = [_constant_source(op.input_value(index)) for index in (0, 1)]
-        if constant[0]:
+        if constant[0] or _run_time_kernel(op.input_value(0)):
             roles["head_mixes"].append(op.get_friendly_name())
         elif constant[1]:
             roles["linear"].append(op.get_friendly_name())
@@ -179,6 +180,13 @@ def _constant_source(output):
     while node.get_type_name() in ("Convert", "FakeQuantize"):
         node = node.input_value(0).get_node()
     return node.get_type_name() == "Constant"
+
+
+def _run_time_kernel(output):
+    """Whether `output` is a 2-D constant times a computed scalar: a talking-heads mix's kernel."""
+    node = output.get_node()
+    return node.get_type_name() == "Multiply" and any(
+        _constant_source(value) and len(value.get_partial_shape()) == 2 for value in node.input_values())
 
 
 def _reads_softmax(output, depth=6):
@@ -216,8 +224,8 @@ def quantize_int8(ov_model, images, kept_float=KEPT_FLOAT):
 
 def compress_weights_int8(ov_model):
     """(model with int8 weights, `Quantized`): `nncf.compress_weights`, data-free: the weights of every
-    matmul and convolution (the head's and the talking-heads mixes' too) at int8, with a scale and zero
-    point per output channel."""
+    linear layer, the head and the patch embedding at int8, with a scale and zero point per output
+    channel (the talking-heads mixes' `(H, H)` kernels, computed at run time, stay float)."""
     import nncf
     import openvino
 

@@ -117,9 +117,10 @@ def test_int8_weights_stores_int8_weights_without_calibration(trained, tmp_path,
     model, _, held_x, _ = trained
     export_openvino(model, tmp_path / "float.xml")
     export_openvino(model, tmp_path / "weights.xml", quantization="int8_weights", verbose=True)
-    # 2 x 4 self-attention and 2 x 5 class-attention linears, 4 head mixes, the head, the patch embedding
+    # 2 x 4 self-attention and 2 x 5 class-attention linears, the head, the patch embedding; the 4 head
+    # mixes' (H, H) kernels are no constant operand of their matmuls (computed at run time) and stay float
     assert capsys.readouterr().out.splitlines()[-1] == (
-        "int8_weights: 24 weight tensors stored as int8 (NNCF, no calibration)")
+        "int8_weights: 20 weight tensors stored as int8 (NNCF, no calibration)")
     assert os.path.getsize(tmp_path / "weights.bin") < 0.4 * os.path.getsize(tmp_path / "float.bin")
     float_top1 = compiled(tmp_path / "float.xml")(held_x)[0].argmax(-1)
     assert (compiled(tmp_path / "weights.xml")(held_x)[0].argmax(-1) == float_top1).mean() >= AGREEMENT
