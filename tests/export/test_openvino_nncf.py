@@ -84,32 +84,23 @@ def test_int8_keeps_the_float_model_s_answers_on_held_out_digits(trained, tmp_pa
 
 
 @pytest.mark.large
-@pytest.mark.parametrize("bfloat16_without_amx", [True, False])
-def test_int8_says_what_was_measured_on_a_cpu_with_bfloat16_units_and_no_amx(trained, tmp_path, capsys, monkeypatch,
-                                                                            bfloat16_without_amx):
+@pytest.mark.parametrize("bfloat16", [True, False])
+def test_int8_says_what_was_measured_on_a_cpu_with_bfloat16_units(trained, tmp_path, capsys, monkeypatch, bfloat16):
     model, folder, _, _ = trained
-    monkeypatch.setattr(exporter, "bfloat16_without_amx", lambda: bfloat16_without_amx)
+    monkeypatch.setattr(exporter, "computes_bfloat16", lambda: bfloat16)
     export_openvino(model, tmp_path / "int8.xml", quantization="int8", calibration=folder, calibration_size=8,
                     verbose=True)
     line = capsys.readouterr().out.splitlines()[-1]
     assert line.startswith("int8: ")
-    assert line.endswith(f". {exporter.BF16_CPU_NOTE}") == bfloat16_without_amx, line
+    assert line.endswith(f". {exporter.BF16_CPU_NOTE}") == bfloat16, line
 
 
-def test_a_cpu_is_bfloat16_without_amx_where_openvino_computes_bf16_and_cpuinfo_has_no_amx_int8(monkeypatch):
-    import builtins
-    import io
-
+def test_a_cpu_computes_bfloat16_where_openvino_s_cpu_plugin_says_it_can(monkeypatch):
     import openvino
 
-    opened = builtins.open
-    for capabilities, flags, expected in [(["FP32", "BF16", "INT8"], "avx512_bf16 avx512_vnni", True),
-                                          (["FP32", "BF16", "INT8"], "avx512_bf16 amx_bf16 amx_int8", False),
-                                          (["FP32", "INT8"], "avx2 avx512_vnni", False)]:
+    for capabilities, expected in [(["FP32", "BF16", "INT8"], True), (["FP32", "INT8"], False)]:
         monkeypatch.setattr(openvino.Core, "get_property", lambda self, device, name, value=capabilities: value)
-        monkeypatch.setattr(builtins, "open", lambda path, *args, text=f"flags\t\t: fpu {flags}\n", **kwargs: (
-            io.StringIO(text) if path == "/proc/cpuinfo" else opened(path, *args, **kwargs)))
-        assert exporter.bfloat16_without_amx() == expected, (capabilities, flags)
+        assert exporter.computes_bfloat16() == expected, capabilities
 
 
 @pytest.mark.large
