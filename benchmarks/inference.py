@@ -75,7 +75,7 @@ PACKAGES = ("torch", "timm", "tensorflow", "keras", "onnxruntime", "openvino", "
 # in this folder of the variant's workdir; ours reads them in keras_cait's evaluation transform, timm's in
 # timm's (the same resize and crop for CaiT).
 CALIBRATION_FOLDER = "calibration"
-INT8_OPENVINO = ("keras-openvino-int8", "openvino-timm-onnx-int8")
+INT8_OPENVINO = ("keras-openvino-int8", "keras-openvino-int8-attention-float", "openvino-timm-onnx-int8")
 
 
 # === Models ===
@@ -403,6 +403,21 @@ def _keras_openvino_int8(spec, batches, workdir, threads):
     return _openvino(path, threads, None)
 
 
+def _keras_openvino_int8_attention_float(spec, batches, workdir, threads):
+    """`keras-openvino-int8` with the attention matmuls (q·kᵀ, attention·v, class attention) kept float
+    too: NNCF's call with more of `matmul_roles` in its ignored scope (an A/B of `KEPT_FLOAT`)."""
+    import functools
+
+    from keras_cait.export import export_openvino
+    from keras_cait.export import openvino as exporter
+
+    exporter.quantize_int8 = functools.partial(exporter.quantize_int8, kept_float=("head_mixes", "attention"))
+    path = os.path.join(workdir, "keras_cait-int8-attention-float.xml")
+    export_openvino(_keras_model(spec, workdir), path, quantization="int8",
+                    calibration=os.path.join(workdir, CALIBRATION_FOLDER), calibration_size=calibration_photos(spec))
+    return _openvino(path, threads, None)
+
+
 PATHS = {
     "timm-eager": _timm_eager,
     "timm-compile": _timm_compiled,
@@ -425,6 +440,7 @@ PATHS = {
     "keras-openvino": _keras_openvino,
     "keras-openvino-bf16": _keras_openvino_bf16,
     "keras-openvino-int8": _keras_openvino_int8,
+    "keras-openvino-int8-attention-float": _keras_openvino_int8_attention_float,
     "openvino-timm-onnx-int8": _ov_timm_int8,
     # Levers: the same paths with oneDNN's ops on, which TensorFlow turns on by itself only on
     # CPUs with AVX-512 VNNI or newer (`keras-cait` turns them on everywhere).
@@ -448,6 +464,7 @@ SAME_RUNTIME = {
     "keras-openvino": "openvino-timm-onnx",
     "keras-openvino-bf16": "openvino-timm-onnx-bf16",
     "keras-openvino-int8": "openvino-timm-onnx-int8",
+    "keras-openvino-int8-attention-float": "openvino-timm-onnx-int8",
     "keras-predict": "timm-eager",
     "keras-saved-model": "timm-eager",
     "keras-saved-model-xla": "timm-eager",
@@ -480,6 +497,7 @@ LABELS = {
     "keras-openvino": "OpenVINO (f32)",
     "keras-openvino-bf16": "OpenVINO (bf16)",
     "keras-openvino-int8": "OpenVINO int8 (NNCF)",
+    "keras-openvino-int8-attention-float": "OpenVINO int8 (NNCF), attention float",
     "openvino-timm-onnx-int8": "OpenVINO int8 (NNCF) on timm's ONNX",
     "keras-predict-onednn": "`model.predict`, oneDNN's ops on (`TF_ENABLE_ONEDNN_OPTS=1`)",
     "keras-saved-model-onednn": "SavedModel `serving_default`, oneDNN's ops on (`TF_ENABLE_ONEDNN_OPTS=1`)",

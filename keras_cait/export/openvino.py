@@ -22,9 +22,11 @@ from keras_cait.export.formats import CALIBRATION_SIZE, by_exporter
 from keras_cait.export.inference_graph import InferenceGraph
 
 FORMAT = by_exporter("export_openvino")
-# What stays float in int8, measured on the demo's digits model (docs/export.md, "int8 with NNCF"):
-# the roles of `matmul_roles` whose inputs NNCF leaves unquantised.
-KEPT_FLOAT = ("head_mixes",)
+# What stays float in int8 (docs/export.md, "OpenVINO int8 with NNCF"): the roles of `matmul_roles`
+# whose inputs NNCF leaves unquantised. The mixes NNCF cannot quantise; the attention matmuls cost
+# more to quantise (their (B, H, N, N) inputs) than int8 saves: 1.06-1.16x faster kept float on an
+# AMX Xeon, and the same answers on the demo's digits.
+KEPT_FLOAT = ("head_mixes", "attention")
 # The roles of `matmul_roles` as a sentence names them.
 ROLE_NAMES = {"linear": "linear layers", "head": "head", "head_mixes": "talking-heads mixes",
               "attention": "attention matmuls", "after_softmax": "attention·v matmuls"}
@@ -258,7 +260,7 @@ def _quiet():
 # What was measured of int8 against bf16 on CPUs with bfloat16 units (docs/export.md): with AMX
 # (benchmarks.inference, one interleaved run) and with AVX512-BF16 alone (a hand probe).
 BF16_CPU_NOTE = ("On this CPU (bfloat16 units) OpenVINO's bf16, its default for the float export, was measured "
-                 "about as fast as int8 or faster: int8 0.73-1.08x bf16 with AMX, 0.85-0.97x with AVX512-BF16 alone "
+                 "about as fast as int8 or faster: int8 0.88-1.10x bf16 with AMX, 0.85-0.97x with AVX512-BF16 alone "
                  "(docs/export.md, OpenVINO int8 with NNCF)")
 
 
