@@ -66,6 +66,19 @@ def test_no_private_keras_or_tensorflow_import(path):
     assert private == [], f"{path.name} imports private APIs {private}; use keras.* / tf.* / keras_hub.* public APIs"
 
 
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_the_package_imports_none_of_its_own_moved_paths(path):
+    """An old path (`keras_cait.atomic`) warns a DeprecationWarning at every user's first use of the
+    module that imports it; the package itself imports the new one."""
+    from keras_cait.deprecation import MOVED
+
+    tree = ast.parse(path.read_text())
+    imported = [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
+    imported += [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+    old = sorted(name for name in imported if name in MOVED)
+    assert old == [], f"{path.relative_to(PACKAGE)} imports {old}; import {[MOVED[name] for name in old]} instead"
+
+
 @pytest.mark.parametrize("path", sorted((PACKAGE / "cli").glob("*.py")), ids=lambda p: p.name)
 def test_the_command_line_uses_only_public_names_of_the_library(path):
     """keras_cait/cli/ is an application of the library: it imports no `_name` of keras_cait outside

@@ -158,7 +158,7 @@ def convert(args):
         raise usage(f"checkpoint {args.checkpoint!r}: not a timm or DeiT checkpoint; give a {checkpoints} file.")
     check_writable_file("--output", args.output)
     model = _loaded(args.model, args.checkpoint, flag="checkpoint")
-    from keras_cait.atomic import written_atomically
+    from keras_cait.io.atomic import written_atomically
 
     with writing(args.output), written_atomically(args.output) as partial:
         model.save_weights(partial)
@@ -292,8 +292,8 @@ def _export_help():
 
 
 def attention(args):
-    from keras_cait.attention import attention_maps
-    from keras_cait.visualize import class_attention_figure, saliency_figure, save_figure
+    from keras_cait.inspection.attention import attention_maps
+    from keras_cait.inspection.visualize import class_attention_figure, saliency_figure, save_figure
 
     if not args.out.endswith(".png"):
         raise usage(f"--out {args.out!r} must end in .png, e.g. maps.png.")

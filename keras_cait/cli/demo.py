@@ -43,7 +43,7 @@ import sys
 import time
 import urllib.parse
 
-from keras_cait.atomic import written_atomically
+from keras_cait.io.atomic import written_atomically
 from keras_cait.training.recipe import RECIPES, Recipe
 
 SMALL_ENV = "KERAS_CAIT_DEMO_SMALL"
