@@ -16,8 +16,10 @@ KERAS_CAIT = shutil.which("keras-cait", path=os.path.dirname(sys.executable))
 
 
 def test_finetune_of_a_folder_of_20_images_with_only_its_required_flags_ends_with_a_model(tmp_path):
-    """The defaults a user meets first: XXS24 at its checkpoint's side, the precision of this machine,
-    the recipe's batch lowered to what 18 training images fill (said), 2 + 10 epochs."""
+    """The defaults a user meets first, offline: XXS24 at its checkpoint's side, random weights so the scratch
+    recipe (said), the precision of this machine, the recipe's batch lowered to what 18 training images fill
+    (said)."""
+    from keras_cait.training.recipe import RECIPES
     from keras_cait.training.run import default_precision
 
     write_digits(tmp_path / "photos", per_class=10, size=40, classes=[3, 8])
@@ -28,12 +30,15 @@ def test_finetune_of_a_folder_of_20_images_with_only_its_required_flags_ends_wit
     assert "Traceback" not in done.stderr
     precision, _ = default_precision()
     assert f"Precision {precision} (" in done.stdout
-    assert "Batch 64 per replica is more than the 18 training images fill: batch 18 instead" in done.stdout
+    assert "--weights none: random weights, so the run trains with --recipe scratch" in done.stdout
+    batch = RECIPES["scratch"].batch_size
+    assert f"Batch {batch} per replica is more than the 18 training images fill: batch 18 instead" in done.stdout
     run = tmp_path / "runs" / "first"
-    assert {"best.keras", "final.keras", "head.weights.h5", "run.json", "recipe.json"} <= set(os.listdir(run))
+    assert {"best.keras", "final.keras", "run.json", "recipe.json"} <= set(os.listdir(run))
     settings = json.loads((run / "run.json").read_text())["settings"]
     assert settings["precision"] == precision and settings["global batch size"] == 18
-    assert json.loads((run / "recipe.json").read_text())["batch_size"] == 18
+    recipe = json.loads((run / "recipe.json").read_text())
+    assert recipe["batch_size"] == 18 and recipe["sched"] == RECIPES["scratch"].sched
 
 
 def _requirement_closure(requirements):
