@@ -284,6 +284,9 @@ def _fail_half_way(obj, export_dir, *args, **kwargs):
 
 
 def test_a_failed_export_leaves_no_version_folder(model, tmp_path, monkeypatch):
+    # TensorFlow rebinds `tf.saved_model` to another module object during a process's first SavedModel save:
+    # one export first, so that the patch below lands on the module the next exports call.
+    export_saved_model(model, tmp_path / "warm" / "1")
     monkeypatch.setattr(tf.saved_model, "save", _fail_half_way)
     with pytest.raises(OSError, match="No space left"):
         export_saved_model(model, tmp_path / "cait" / "1")
