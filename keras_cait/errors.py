@@ -3,6 +3,8 @@
     ArgumentError    a ValueError: `argument`, `value`, `problem`, `allowed`, `usage`
     Named            an argument (and a value) inside an error's text: each caller spells it its own way
     Said             the same for an error of another kind (a download's ConnectionError) that names one
+    say, speaking    a line the library prints as it works that names an argument, and the spelling
+                     its `Named` parts take (Python's unless a caller such as the command line says)
     ExtraMissing     an ImportError naming the optional extra that installs what is missing
     require_extra    imports a module of an optional extra, or raises `ExtraMissing`
     listed           a list shortened for a message: `a, b, c and 4 more`
@@ -17,6 +19,8 @@ and the command line renders the same fields with its flags, `--image-size 200: 
 would have to find again by pattern.
 """
 
+import contextlib
+import contextvars
 import importlib
 import os
 
@@ -139,6 +143,26 @@ class Said:
 
     def __str__(self):
         return self.render()
+
+
+_SPELLING = contextvars.ContextVar("keras_cait_spelling", default=python_name)
+
+
+def say(*parts):
+    """Prints a line the library says as it works (a choice it made for the caller) whose `Named`
+    parts are written as the caller spells arguments: `precision` from Python, `--precision` from
+    the command line, which calls the library inside `speaking(flag_name)`."""
+    print(" ".join(spoken(parts, _SPELLING.get()).split()), flush=True)
+
+
+@contextlib.contextmanager
+def speaking(name):
+    """Within the block, `say` writes each `Named` part as `name(named)` does."""
+    token = _SPELLING.set(name)
+    try:
+        yield
+    finally:
+        _SPELLING.reset(token)
 
 
 class ExtraMissing(ModuleNotFoundError):

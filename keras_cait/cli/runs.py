@@ -25,12 +25,13 @@ from keras_cait.cli.errors import (
     check_writable_folder,
     fail,
     flag,
+    flag_name,
     from_library,
     reported,
     usage,
     weights_errors,
 )
-from keras_cait.errors import ArgumentError
+from keras_cait.errors import ArgumentError, speaking
 from keras_cait.training import distribute, resume, run
 from keras_cait.training import recipe as recipes
 from keras_cait.models.variants import parse_model_name
@@ -315,7 +316,8 @@ def _arguments(function, args, **given):
 
 
 def _as_flags(run_command):
-    """`run_command(args)` with the library's errors as the contract's one line, in flags: each
+    """`run_command(args)` with the library's errors as the contract's one line, and the lines it
+    says as it works (`keras_cait.errors.say`), in flags: each
     error is written from its fields (`keras_cait.errors.ArgumentError`: `data='photos'` becomes
     `--data photos` by the table `keras_cait.cli.errors.FLAGS`), the values the command turned
     into others (the names of a --class-names FILE, a --model JSON's arguments) as typed."""
@@ -323,7 +325,8 @@ def _as_flags(run_command):
     @functools.wraps(run_command)
     def in_flags(args):
         try:
-            return run_command(args)
+            with speaking(functools.partial(flag_name, typed=_typed(args))):
+                return run_command(args)
         except run.RunError as error:
             if error.argument == "weights" and isinstance(error.__cause__, (OSError, ImportError)):
                 with weights_errors(error.value):

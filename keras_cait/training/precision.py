@@ -2,6 +2,7 @@
 
 import keras
 
+from keras_cait.errors import Named, say
 from keras_cait.training.run_errors import RunError
 
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -15,7 +16,7 @@ def check_precision(precision, auto=False):
     if precision != "auto":
         return precision
     precision, why = default_precision()
-    print(f"Precision {precision} ({why}; precision= chooses another).", flush=True)
+    say(f"Precision {precision} ({why}; ", Named("precision"), " chooses another).")
     return precision
 
 

@@ -29,7 +29,7 @@ def test_finetune_of_a_folder_of_20_images_with_only_its_required_flags_ends_wit
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert "Traceback" not in done.stderr
     precision, _ = default_precision()
-    assert f"Precision {precision} (" in done.stdout
+    assert f"Precision {precision} (" in done.stdout and "; --precision chooses another)." in done.stdout
     assert "--weights none: random weights, so the run trains with --recipe scratch" in done.stdout
     batch = RECIPES["scratch"].batch_size
     assert f"Batch {batch} per replica is more than the 18 training images fill: batch 18 instead" in done.stdout

@@ -153,6 +153,22 @@ def test_this_machine_s_default_precision_reads_its_cpu_flags_and_devices():
     assert run.default_precision()[0] == expected  # no GPU where the suite runs on a CPU
 
 
+def test_the_precision_chosen_is_said_in_the_callers_words(capsys):
+    """From Python the line names `precision`; the command line, which calls the library speaking
+    flags, `--precision` (the first-hour test runs it)."""
+    from keras_cait.cli.errors import flag_name
+    from keras_cait.errors import speaking
+
+    chosen = precision.check_precision("auto", auto=True)
+    said = capsys.readouterr().out
+    assert said.startswith(f"Precision {chosen} (") and "; precision chooses another)." in said
+    assert "--" not in said
+    with speaking(flag_name):
+        precision.check_precision("auto", auto=True)
+    assert "; --precision chooses another)." in capsys.readouterr().out
+    assert precision.check_precision("float32", auto=True) == "float32" and not capsys.readouterr().out
+
+
 def test_a_start_refused_once_the_data_are_read_writes_nothing_and_the_corrected_rerun_runs(
         tiny_run, tmp_path, policy):
     """Weights that cannot be read are found after the data are listed: run.json and recipe.json
