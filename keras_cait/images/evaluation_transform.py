@@ -43,9 +43,11 @@ import os
 import re
 
 import numpy as np
-import tensorflow as tf
 
 from keras_cait.errors import ArgumentError, Named
+from keras_cait.io.stderr import load_tensorflow
+
+tf = load_tensorflow()  # on JAX or PyTorch, its first import: without TensorFlow's start-up lines
 
 # PIL's decompression-bomb limit (Image.MAX_IMAGE_PIXELS): a 9,459×9,459 image,
 # 268 MB decoded. Checked from the file header, before anything is decoded.

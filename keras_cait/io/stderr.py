@@ -16,6 +16,10 @@ while the import runs and written back afterwards, in order, without those
 INFO lines. Everything else (warnings, errors, Python's own messages) is kept.
 `TF_CPP_MIN_LOG_LEVEL=0` keeps the INFO lines too.
 
+On JAX or PyTorch, Keras loads no TensorFlow: the package's modules that need it (tf.data
+reading a run's data, the evaluation transform) import it with `load_tensorflow()`, the same
+way, on first use.
+
 Where Keras or TensorFlow was imported before keras_cait, the lines TensorFlow prints as it
 loads are on the terminal already: nothing can take them back, so the docs' snippets import
 keras_cait first. The device scan, which `import keras_cait` runs in either order, still
@@ -84,6 +88,17 @@ def quiet_tensorflow_startup():
             os.close(original)
             caught.seek(0)
             write_all(2, drop_startup_info(caught.read()))
+
+
+def load_tensorflow():
+    """TensorFlow, imported inside `quiet_tensorflow_startup()` where this is its first import (on
+    JAX or PyTorch, the first of the package's tf.data modules that a user imports)."""
+    if "tensorflow" not in sys.modules:
+        with quiet_tensorflow_startup():
+            import tensorflow  # noqa: F401
+
+            tensorflow.config.list_physical_devices()  # the device scan, whose "no GPU" record is left out
+    return sys.modules["tensorflow"]
 
 
 def flush_stderr():

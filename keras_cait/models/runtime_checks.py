@@ -8,7 +8,9 @@ patches: it would run and answer wrongly). For such graphs only, the check is
 an assert inside the graph, before the first layer reads the images.
 """
 
-import tensorflow as tf
+from keras_cait.io.stderr import load_tensorflow
+
+tf = load_tensorflow()  # on JAX or PyTorch, its first import: without TensorFlow's start-up lines
 
 
 def checked_images(images, expected, takes):

@@ -9,7 +9,9 @@ stateless random key so that the training stream stays resumable bit for bit.
 
 import math
 
-import tensorflow as tf
+from keras_cait.io.stderr import load_tensorflow
+
+tf = load_tensorflow()  # on JAX or PyTorch, its first import: without TensorFlow's start-up lines
 
 ATTEMPTS = 10  # boxes tried per image before giving up (timm)
 

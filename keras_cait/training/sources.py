@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-import tensorflow as tf
 
 from keras_cait.io.atomic import written_atomically
 from keras_cait.images.decoder_messages import decoder_messages_dropped
@@ -29,6 +28,9 @@ from keras_cait.images.evaluation_transform import (
     header_fault,
     is_image_file_name,
 )
+from keras_cait.io.stderr import load_tensorflow
+
+tf = load_tensorflow()  # on JAX or PyTorch, its first import: without TensorFlow's start-up lines
 
 # What an image folder's class folders hold: the one list of formats (evaluation_transform).
 _IMAGE_FILES = f"{IMAGE_FORMATS} files: {', '.join(IMAGE_EXTENSIONS)}"

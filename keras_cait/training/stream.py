@@ -10,11 +10,12 @@ reference's evaluation transform (`keras_cait.images.evaluation_transform`).
 
 import math
 
-import tensorflow as tf
-
 from keras_cait.images.evaluation_transform import decode_image, decoded_size, evaluation_transform
+from keras_cait.io.stderr import load_tensorflow
 from keras_cait.training import augment, mixup_cutmix, random_resized_crop
 from keras_cait.training.random_resized_crop import ATTEMPTS
+
+tf = load_tensorflow()  # on JAX or PyTorch, its first import: without TensorFlow's start-up lines
 
 AUTOTUNE = tf.data.AUTOTUNE
 

@@ -18,7 +18,7 @@ NOTICE = b"WARNING: All log messages before absl::InitializeLog() is called are 
 def run(command, **env):
     """`command` run with TensorFlow's log level unset unless given, as a fresh terminal has it."""
     environment = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    environment.update(KERAS_BACKEND="tensorflow", **env)
+    environment.update({"KERAS_BACKEND": "tensorflow", **env})
     return subprocess.run(command, capture_output=True, env=environment, timeout=300)
 
 
@@ -66,6 +66,19 @@ def test_a_missing_image_is_one_line_on_standard_error_with_no_tensorflow_lines(
     done = run([sys.executable, "-m", "keras_cait.cli", "predict", missing, "--weights", "none"])
     assert done.returncode == 1
     assert done.stderr.decode() == f"keras-cait predict: image {missing!r}: no such file; check the path.\n"
+
+
+@pytest.mark.large
+def test_on_jax_the_modules_that_load_tensorflow_later_print_none_of_its_startup_lines(plain_keras_import):
+    """On JAX Keras loads no TensorFlow; the modules that need it (a run's tf.data, the evaluation
+    transform, the graph's image check) load it on first use, as quietly as `import keras_cait`."""
+    code = ("import sys, keras_cait\n"
+            "assert 'tensorflow' not in sys.modules\n"
+            "from keras_cait.training import run\n"
+            "import keras_cait.models.runtime_checks\n"
+            "assert 'tensorflow' in sys.modules")
+    _, stderr = run_python(code, KERAS_BACKEND="jax")
+    assert NOTICE not in stderr and sources(stderr) == [], stderr.decode()
 
 
 @pytest.mark.large
