@@ -182,10 +182,10 @@ class InferenceGraph(tf.Module):
         if query_layer == "qkv":  # self-attention: scale the query third of qkv
             weights["qkv"] = _dense(attention.qkv, np.repeat([scale, 1.0, 1.0], channels))
             for name in ("pre_softmax_head_mix", "post_softmax_head_mix"):
-                # stored as the left factor of (H, H) @ (H, batch·N·M) and an (H, 1) bias; the softmax
-                # cancels the pre-softmax bias (constant along its axis), so that one is left out
+                # stored as the left factor of (H, H) @ (H, batch·N·M), and the post-softmax bias; the
+                # softmax cancels the pre-softmax bias (constant along its axis), so that one is left out
                 kernel, bias = _dense(getattr(attention, name))
-                weights[name] = (kernel.T,) if name.startswith("pre") else (kernel.T, bias[:, None])
+                weights[name] = (kernel.T,) if name.startswith("pre") else (kernel.T, bias)
         else:  # class attention
             weights["query"] = _dense(attention.query, scale)
             # key and value in one matmul over the tokens
@@ -263,8 +263,13 @@ class InferenceGraph(tf.Module):
         attention = tf.nn.softmax(_mix_heads(logits, weights["pre_softmax_head_mix_kernel"],
                                              kernel_at_run_time=self.kernel_at_run_time))
         attention = _mix_heads(attention, weights["post_softmax_head_mix_kernel"],
-                               weights["post_softmax_head_mix_bias"], self.kernel_at_run_time)
+                               kernel_at_run_time=self.kernel_at_run_time)
         outputs = tf.matmul(self._low(attention), value)  # (H·batch, tokens, d)
+        # The post-softmax mix's bias b_h, added to every attention weight, adds b_h · Σ_tokens v_h to
+        # each output: added here to (H, batch, 1, d) rather than to the (H, batch, N, N) attention.
+        value_sums = tf.reshape(tf.reduce_sum(self._float(value), axis=1), [heads, -1, 1, head_dim])
+        bias = tf.reshape(weights["post_softmax_head_mix_bias"], [heads, 1, 1, 1])
+        outputs = tf.reshape(outputs, [heads, -1, tokens, head_dim]) + tf.cast(bias * value_sums, outputs.dtype)
         outputs = tf.reshape(tf.transpose(tf.reshape(outputs, [heads, -1, head_dim]), [1, 0, 2]), [-1, channels])
         return self._float(_linear(outputs, weights["output_projection_kernel"], weights["output_projection_bias"]))
 
@@ -322,8 +327,9 @@ def _norm_of(weights, name):
     return weights[f"{name}_gamma"], weights[f"{name}_beta"]
 
 
-def _mix_heads(scores, kernel, bias=None, kernel_at_run_time=False):
-    """Talking heads over (H·batch, N, M): out_h' = Σ_h kernel[h', h] · scores_h (+ bias[h']).
+def _mix_heads(scores, kernel, kernel_at_run_time=False):
+    """Talking heads over (H·batch, N, M): out_h' = Σ_h kernel[h', h] · scores_h (the biases are
+    cancelled by the softmax, or added after attention·v: `_self_attention`).
 
     One (H, H) @ (H, batch·N·M) matmul, the heads leading: no transpose of the large tensor.
 
@@ -338,6 +344,4 @@ def _mix_heads(scores, kernel, bias=None, kernel_at_run_time=False):
     if kernel_at_run_time:
         kernel = kernel * tf.cast(tf.minimum(tf.shape(scores)[0], 1), kernel.dtype)
     mixed = tf.matmul(kernel, tf.reshape(scores, [heads, -1]))
-    if bias is not None:
-        mixed = mixed + bias
     return tf.reshape(mixed, [-1, queries, keys])
