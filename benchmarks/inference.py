@@ -68,6 +68,12 @@ VARIANTS = {  # keras_cait variant -> timm architecture at 224
 }
 SMOKE = dict(embed_dim=32, depth=1, num_heads=2, init_values=0.1, patch_size=8, image_size=32, classes=10)
 REFERENCE = "timm-eager"
+# `--max-isa`: oneDNN's kernels capped (ONEDNN_MAX_CPU_ISA) to those of a CPU kind this one emulates.
+# AVX512_CORE_VNNI is an AVX-512 CPU with VNNI and no bf16 units. Not offered: AVX2 (OpenVINO 2026.4's
+# Softmax then finds no kernel and the compile fails) and AVX512_CORE_BF16 (on an AMX Xeon its bf16 runs
+# slower than f32, unlike the CPUs of that kind; a probe, docs/benchmarks.md).
+MAX_ISA_VARIABLE = "ONEDNN_MAX_CPU_ISA"
+MAX_ISAS = ("AVX512_CORE_VNNI",)
 # Paths whose outputs are probabilities (the serving signature adds the softmax).
 PROBABILITIES = {"keras-saved-model", "keras-saved-model-xla", "keras-saved-model-bf16"}
 PACKAGES = ("torch", "timm", "tensorflow", "keras", "onnxruntime", "openvino", "nncf")
@@ -244,11 +250,15 @@ def _ort_timm(spec, batches, workdir, threads):
 
 def _openvino(model, threads, precision):
     """`model` (a path or an `openvino.Model`) compiled for the CPU; precision None: OpenVINO's default
-    for what an int8 model computes in float (bf16 where the CPU has it)."""
+    for what an int8 model computes in float (bf16 where the CPU has it; f32 under `--max-isa`)."""
     import openvino
 
+    if precision is None and os.environ.get(MAX_ISA_VARIABLE) in MAX_ISAS:
+        # OpenVINO picks bf16 from the CPU's own flags, past oneDNN's cap: a CPU without bf16 units runs f32.
+        precision = "f32"
     config = {"INFERENCE_NUM_THREADS": threads, **({"INFERENCE_PRECISION_HINT": precision} if precision else {})}
     compiled = openvino.Core().compile_model(model, "CPU", config)
+    OBSERVED["openvino_precision"] = compiled.get_property("INFERENCE_PRECISION_HINT").to_string()
     return lambda feed: compiled(feed)[0]
 
 
@@ -447,6 +457,9 @@ PATHS = {
     "keras-predict-onednn": _keras_predict,
     "keras-saved-model-onednn": _keras_saved_model_onednn,
 }
+# Paths that compute in bf16 whatever the CPU: refused under `--max-isa`.
+BFLOAT16_PATHS = ("timm-autocast-bf16", "openvino-timm-onnx-bf16", "keras-predict-bf16", "keras-saved-model-bf16",
+                  "keras-openvino-bf16")
 PEERS = ("timm-eager", "timm-compile", "timm-autocast-bf16", "ort-timm-onnx", "openvino-timm-onnx",
          "openvino-timm-onnx-bf16", "openvino-timm-onnx-int8")
 # The default run: 15 paths + the ceiling = 16 workers (13 + 1 held S24 in 24 GB); the other
@@ -526,6 +539,11 @@ def _set_threads(path, threads):
         torch.set_num_interop_threads(1)
 
 
+# What a worker's loader observed of how its path runs, sent as its ready message's "levers" (a row's
+# `levers`): OpenVINO's compiled precision, and oneDNN's cap where `--max-isa` set one.
+OBSERVED = {}
+
+
 def worker(path, spec, batches, workdir, threads):
     channel = protocol_channel()
     _set_threads(path, threads)
@@ -533,7 +551,9 @@ def worker(path, spec, batches, workdir, threads):
     if path == CEILING:
         return serve(channel, matmul_ceiling(), {}, ceiling=True, started=start)
     run = PATHS[path](spec, batches, workdir, threads)
-    serve(channel, run, {batch: images(spec, batch) for batch in batches}, started=start)
+    OBSERVED["onednn_max_cpu_isa"] = os.environ.get(MAX_ISA_VARIABLE)
+    serve(channel, run, {batch: images(spec, batch) for batch in batches}, started=start,
+          levers=lambda: dict(OBSERVED))
 
 
 # === The run: load all, then rounds of turns ===
@@ -558,8 +578,9 @@ def measure_variant(variant, batches, paths, args, workdir):
     # Loaded side by side: tracing, exports and torch.compile are mostly single-threaded.
     arguments = ["--spec", json.dumps(spec), "--batches", *map(str, batches), "--workdir", workdir,
                  "--threads", str(args.threads)]
-    workers = {path: Worker("benchmarks.inference", path, arguments, os.path.join(args.logs, f"{variant}-{path}.log"))
-               for path in (*paths, CEILING)}
+    environment = {MAX_ISA_VARIABLE: args.max_isa} if args.max_isa else None
+    workers = {path: Worker("benchmarks.inference", path, arguments, os.path.join(args.logs, f"{variant}-{path}.log"),
+                            environment) for path in (*paths, CEILING)}
     load_all(workers, variant)
     flops = forward_flops(spec["image_size"], spec["patch_size"], spec["embed_dim"], spec["depth"],
                           spec["num_heads"], spec["classes"])
@@ -576,7 +597,7 @@ def measure_variant(variant, batches, paths, args, workdir):
             row = dict(variant=variant, batch=batch, path=path, images_per_second=statistics.median(samples),
                        rounds=samples, gflops=statistics.median(samples) * flops / 1e9,
                        ceiling_gflops=ceiling, forward_gflops_per_image=flops / 1e9,
-                       peak_memory_mb=memory[path])
+                       peak_memory_mb=memory[path], levers=workers[path].ready["levers"])
             row["fraction_of_ceiling"] = row["gflops"] / ceiling
             if reference is not None:
                 row["ratio_to_timm_eager"] = median_ratios(samples, speeds[batch, REFERENCE])
@@ -668,6 +689,8 @@ def machine_text(machine):
         f"Keras {machine['keras']}, ONNX Runtime {machine['onnxruntime']}, OpenVINO {machine['openvino']}, "
         f"NNCF {machine.get('nncf', 'not recorded')}, "
         f"Python {machine['python']}"
+        + (f"; oneDNN capped at {machine['onednn_max_cpu_isa']} (ONEDNN_MAX_CPU_ISA, an emulation)"
+           if machine.get("onednn_max_cpu_isa") else "")
     )
 
 
@@ -704,6 +727,10 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=2.0, help="each path's turn (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--max-isa", choices=MAX_ISAS,
+                        help="cap oneDNN's kernels in every worker (ONEDNN_MAX_CPU_ISA) to emulate an older CPU: "
+                             "AVX512_CORE_VNNI is AVX-512 with VNNI and no bf16 units (OpenVINO's float parts "
+                             "then run f32, as there); recorded in the JSON, not the CPU itself")
     parser.add_argument("--smoke", action="store_true", help="tiny model, one short round: checks every path")
     parser.add_argument("--output", help="write the rows as JSON here")
     parser.add_argument("--logs", help="folder for the workers' logs (default: a temporary one)")
@@ -719,6 +746,10 @@ def main():
         return worker(args.worker, json.loads(args.spec), args.batches, args.workdir, args.threads)
     if REFERENCE not in args.paths:
         parser.error(f"--paths must include {REFERENCE}: every ratio is to it")
+    bfloat16 = [path for path in args.paths if path in BFLOAT16_PATHS]
+    if args.max_isa and bfloat16:
+        parser.error(f"--paths {' '.join(bfloat16)} compute in bf16, which --max-isa {args.max_isa} has no units "
+                     f"for; leave them out")
 
     cases = [(variant, args.batches, args.paths) for variant in args.variants]
     if args.smoke:
@@ -737,6 +768,7 @@ def main():
             os.makedirs(variant_dir)
             rows += measure_variant(variant, batches, paths, args, variant_dir)
     machine = machine_state(args.threads, args.rounds, args.seconds, start_load, started, PACKAGES)
+    machine["onednn_max_cpu_isa"] = args.max_isa
     print(machine_text(machine))
     print(markdown(rows))
     if args.output:

@@ -62,3 +62,34 @@ def test_smoke_run_times_every_path_on_the_same_model(tmp_path):
     # Each SavedModel against the fastest float32 export, and the bf16 one against timm's autocast.
     assert "| best float32 export | SavedModel / it | SavedModel (XLA) / it |" in done.stdout
     assert "SavedModel, bfloat16 / timm, autocast bf16" in done.stdout
+
+
+def _run(tmp_path, *arguments):
+    environment = {**os.environ, "PYTHONPATH": REPOSITORY + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-m", MODULE, *arguments], capture_output=True, text=True,
+                          env=environment, timeout=1200, cwd=tmp_path)
+
+
+def test_max_isa_caps_every_worker_and_runs_openvino_in_float32_where_the_cap_has_no_bf16(tmp_path):
+    output = tmp_path / "rows.json"
+    paths = ["timm-eager", "keras-openvino", "keras-openvino-int8", "openvino-timm-onnx-int8"]
+    done = _run(tmp_path, "--smoke", "--max-isa", "AVX512_CORE_VNNI", "--paths", *paths, "--output", str(output))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(output.read_text())
+    assert result["machine"]["onednn_max_cpu_isa"] == "AVX512_CORE_VNNI"
+    assert "oneDNN capped at AVX512_CORE_VNNI" in done.stdout
+    for row in result["rows"]:
+        assert row["levers"]["onednn_max_cpu_isa"] == "AVX512_CORE_VNNI", row
+        if "openvino" in row["path"]:
+            # OpenVINO's own default would be bf16 on a CPU that has it: the cap's CPU kind has none.
+            assert row["levers"]["openvino_precision"] == "f32", row
+
+
+@pytest.mark.parametrize("path", ["keras-openvino-bf16", "timm-autocast-bf16"])
+def test_max_isa_refuses_a_bf16_path_in_one_line(tmp_path, path):
+    done = _run(tmp_path, "--max-isa", "AVX512_CORE_VNNI", "--paths", "timm-eager", path)
+    assert done.returncode == 2
+    last = done.stderr.strip().splitlines()[-1]
+    assert last == (f"inference.py: error: --paths {path} compute in bf16, which --max-isa AVX512_CORE_VNNI has "
+                    "no units for; leave them out")
+    assert not list(tmp_path.iterdir())
