@@ -3,6 +3,8 @@
     python -m benchmarks.inference --output rows.json            # XXS24 and S24, batch 1 and 16
     python -m benchmarks.inference --big --output big.json       # + M36 and M48 at batch 1
     python -m benchmarks.inference --smoke --output smoke.json   # tiny model, one round (a test)
+    python -m benchmarks.inference --max-isa AVX512_CORE_VNNI --paths timm-eager keras-openvino ...
+                                   # oneDNN capped: a CPU without bf16 units, emulated
     python -m benchmarks.inference --fill rows.json docs/benchmarks.md README.md
 
 (from the repository root; the workers find this checkout's keras_cait whatever the cwd).
