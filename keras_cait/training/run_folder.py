@@ -13,6 +13,7 @@ import sys
 
 import keras
 
+from keras_cait.errors import Named, say
 from keras_cait.training import resume, sources, stream
 from keras_cait.training.callbacks import best_record_path, run_callbacks, tensorboard_installed
 from keras_cait.training.recipe import RECIPES
@@ -42,9 +43,11 @@ class Run:
         if not tensorboard_installed():
             print('No TensorBoard logs: the tensorboard package is not installed (pip install '
                   '"keras-cait[train]" to have them in logs/).', flush=True)
-        print(f"{self.distribution.name}: {self.distribution.replicas} replica(s), global batch "
-              f"{self.plan.global_batch} ({self.recipe.batch_size} per replica), {self.plan.steps} steps per "
-              f"epoch, peak learning rate {self.recipe.peak_lr(self.plan.global_batch):.3g}", flush=True)
+        replicas, steps = self.distribution.replicas, self.plan.steps
+        say(f"{replicas} replica{'' if replicas == 1 else 's'} (", Named("strategy", self.distribution.name),
+            f"), global batch {self.plan.global_batch} ({self.recipe.batch_size} per replica), {steps} "
+            f"step{'' if steps == 1 else 's'} per epoch, peak learning rate "
+            f"{self.recipe.peak_lr(self.plan.global_batch):.3g}")
 
     def compile(self, model, head=False, jit_compile=True):
         with self.distribution.scope():

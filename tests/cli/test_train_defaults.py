@@ -54,6 +54,7 @@ def test_train_with_its_defaults_starts_the_s24_deit_run_and_resumes_it_after_ct
     precision, _ = default_precision()
     assert f"Precision {precision} (" in out
     assert f"more than the 20 training images fill: batch 20 instead" in out
+    assert "1 replica (--strategy none), global batch 20 (20 per replica), 1 step per epoch, " in out
     assert f"Epoch 1/{epochs}" in out
     # The one line of where it stopped: a backup at the end of each epoch (1 step each), and the same
     # command again resumes.

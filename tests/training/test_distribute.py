@@ -241,7 +241,7 @@ def test_two_workers_train_as_one(digits, tmp_path):
     outputs = run_together(environments, tiny_run(data_dir, output_dir, "multiworker", 4))
     # 2 replicas × 4 = a global batch of 8: 80 images make 10 steps; the rate scales with 8.
     for output in outputs:
-        assert "multiworker: 2 replica(s), global batch 8 (4 per replica), 10 steps per epoch, " \
+        assert "2 replicas (--strategy multiworker), global batch 8 (4 per replica), 10 steps per epoch, " \
                "peak learning rate 0.000781" in output
     run_alone(environment, "all", tiny_run(data_dir, tmp_path / "one", "none", 8))
     run_alone(environment, "0/2", tiny_run(data_dir, tmp_path / "alone", "none", 8))
@@ -268,7 +268,7 @@ def test_two_jax_processes_train_as_one(digits, tmp_path):
     extra = ("--val-data", validation)
     outputs = run_together(environments, tiny_run(data_dir, output_dir, "dataparallel", 4, *extra))
     for output in outputs:
-        assert "dataparallel: 2 replica(s), global batch 8 (4 per replica), 10 steps per epoch, " \
+        assert "2 replicas (--strategy dataparallel), global batch 8 (4 per replica), 10 steps per epoch, " \
                "peak learning rate 0.000781" in output
     run_alone(environment, "all", tiny_run(data_dir, tmp_path / "one", "none", 8, *extra))
     run_alone(environment, "0/2", tiny_run(data_dir, tmp_path / "alone", "none", 8, *extra))
@@ -300,7 +300,7 @@ def test_jax_data_parallel_over_two_devices(digits, tmp_path):
         env=env, capture_output=True, text=True, timeout=600,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "dataparallel: 2 replica(s), global batch 8 (4 per replica), 5 steps per epoch" in done.stdout
+    assert "2 replicas (--strategy dataparallel), global batch 8 (4 per replica), 5 steps per epoch" in done.stdout
     assert sorted(os.listdir(output_dir)) == ["best.json", "best.keras", "ema.keras", "final.keras", "logs",
                                               "recipe.json", "run.json"]
 

@@ -87,7 +87,10 @@ def test_a_python_finetune_returns_the_model_with_its_classes_and_a_summary(
     recipe = RECIPES["transfer"].replace(batch_size=10, head_epochs=1, epochs=1)
     result = run.finetune(model_path, data_dir, tmp_path / "run", recipe=recipe, precision="float32",
                           val_fraction=0, verbose=0)
-    assert "No TensorBoard logs: the tensorboard package is not installed" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "No TensorBoard logs: the tensorboard package is not installed" in said
+    # The run's plan in the caller's words (the command line's: `--strategy none`, tests/cli/test_train_defaults.py).
+    assert "1 replica (strategy='none'), global batch 10 (10 per replica), " in said, said
     assert not (tmp_path / "run" / "logs").exists()
     assert list(result.model.class_names) == sorted(os.listdir(data_dir))
     assert result.summary["output_dir"] == str(tmp_path / "run")
