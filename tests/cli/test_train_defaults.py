@@ -22,7 +22,7 @@ INTERRUPTED = "keras-cait train: interrupted; run the same command again (train 
 
 def _train_until_backed_up(folder, after_step):
     """Runs `keras-cait train --data photos --output-dir run` in `folder`, Ctrl-C once a backup past
-    `after_step` exists; returns (status, stdout, stderr, the backed-up step when interrupted)."""
+    `after_step` exists; returns (status, stdout, stderr, the step of the last backup once it stopped)."""
     pointer = folder / "run" / "backup" / "train" / "latest.json"
     process = subprocess.Popen([KERAS_CAIT, "train", "--data", "photos", "--output-dir", "run"], cwd=folder,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -39,7 +39,8 @@ def _train_until_backed_up(folder, after_step):
         out, err = process.communicate(timeout=300)
     finally:
         process.kill()
-    return process.returncode, out, err, step
+    assert step is not None and step > after_step, out[-2000:] + err[-3000:]
+    return process.returncode, out, err, json.loads(pointer.read_text())["step"]
 
 
 def test_train_with_its_defaults_starts_the_s24_deit_run_and_resumes_it_after_ctrl_c(tmp_path):
@@ -53,7 +54,7 @@ def test_train_with_its_defaults_starts_the_s24_deit_run_and_resumes_it_after_ct
     assert "Traceback" not in err
     precision, _ = default_precision()
     assert f"Precision {precision} (" in out
-    assert f"more than the 20 training images fill: batch 20 instead" in out
+    assert "more than the 20 training images fill: batch 20 instead" in out
     assert "1 replica (--strategy none), global batch 20 (20 per replica), 1 step per epoch, " in out
     assert f"Epoch 1/{epochs}" in out
     # The one line of where it stopped: a backup at the end of each epoch (1 step each), and the same
@@ -69,7 +70,6 @@ def test_train_with_its_defaults_starts_the_s24_deit_run_and_resumes_it_after_ct
 
     status, out, err, again = _train_until_backed_up(tmp_path, after_step=backed_up)
     assert status == 1 and err.rstrip("\n").splitlines()[-1] == INTERRUPTED, out[-2000:] + err[-3000:]
-    latest_before = backed_up
-    assert f"Resuming train from the backup at step {latest_before} of {epochs}" in out, out[-2000:]
-    assert f"Epoch {latest_before + 1}/{epochs}" in out and f"Epoch 1/{epochs}" not in out
+    assert f"Resuming train from the backup at step {backed_up} of {epochs}" in out, out[-2000:]
+    assert f"Epoch {backed_up + 1}/{epochs}" in out and f"Epoch 1/{epochs}" not in out
     assert again > backed_up
