@@ -26,13 +26,16 @@ QUANTIZED = {"keras-int8": 5e-2, "keras-int4": 2e-1, "keras-float8": 2e-1, "kera
              "openvino-timm-onnx-int8": INT8_OPENVINO}
 
 
+def _run(tmp_path, *arguments):
+    """`python -m benchmarks.inference ARGUMENTS` from `tmp_path`, this checkout first on the path."""
+    environment = {**os.environ, "PYTHONPATH": REPOSITORY + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-m", MODULE, *arguments], capture_output=True, text=True,
+                          env=environment, timeout=1200, cwd=tmp_path)
+
+
 def test_smoke_run_times_every_path_on_the_same_model(tmp_path):
     output = tmp_path / "rows.json"
-    environment = {**os.environ, "PYTHONPATH": REPOSITORY + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    done = subprocess.run(
-        [sys.executable, "-m", MODULE, "--smoke", "--paths", *PATHS, "--output", str(output)],
-        capture_output=True, text=True, env=environment, timeout=1200,
-    )
+    done = _run(tmp_path, "--smoke", "--paths", *PATHS, "--output", str(output))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(output.read_text())
     rows = {(row["path"], row["batch"]): row for row in result["rows"]}
@@ -62,12 +65,6 @@ def test_smoke_run_times_every_path_on_the_same_model(tmp_path):
     # Each SavedModel against the fastest float32 export, and the bf16 one against timm's autocast.
     assert "| best float32 export | SavedModel / it | SavedModel (XLA) / it |" in done.stdout
     assert "SavedModel, bfloat16 / timm, autocast bf16" in done.stdout
-
-
-def _run(tmp_path, *arguments):
-    environment = {**os.environ, "PYTHONPATH": REPOSITORY + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, "-m", MODULE, *arguments], capture_output=True, text=True,
-                          env=environment, timeout=1200, cwd=tmp_path)
 
 
 def test_max_isa_caps_every_worker_and_runs_openvino_in_float32_where_the_cap_has_no_bf16(tmp_path):
