@@ -248,6 +248,7 @@ def run(out="keras_cait_demo", init="auto", small=False, epochs=None):
 
     import keras
 
+    from keras_cait.cli.runs import progress_verbose
     from keras_cait.training import run
 
     keras.utils.set_random_seed(SEED)
@@ -259,7 +260,7 @@ def run(out="keras_cait_demo", init="auto", small=False, epochs=None):
     history = model.fit(
         train_x, keras.utils.to_categorical(train_y, 10),
         validation_data=(val_x, keras.utils.to_categorical(val_y, 10)),
-        epochs=recipe.epochs, batch_size=recipe.batch_size, verbose=1,
+        epochs=recipe.epochs, batch_size=recipe.batch_size, verbose=progress_verbose("train"),
     )
     val_accuracy = float(history.history["val_accuracy"][-1])
     print(f"validation accuracy: {val_accuracy:.1%}", flush=True)

@@ -17,6 +17,7 @@ import inspect
 import json
 import os
 import shlex
+import sys
 
 from keras_cait.cli.errors import (
     Parser,
@@ -43,7 +44,11 @@ _HEAD_KNOBS = ("head_epochs", "head_lr", "keep_head")
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    pass
+    """Each flag's help ends with its default, unless the help says the default itself (one
+    chosen as the command runs: `--verbose`, `--shuffle-buffer`)."""
+
+    def _get_help_string(self, action):
+        return action.help if "(default:" in (action.help or "") else super()._get_help_string(action)
 
 
 def _parser(description, command):
@@ -94,8 +99,24 @@ def _add_run_arguments(parser, backup_every):
     group.add_argument("--cache", action="store_true", help="keep encoded images in memory")
     group.add_argument("--shuffle-buffer", type=int, default=None,
                        help="examples held for shuffling (default: all)")
-    group.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2),
-                       help="Keras progress: 1 bar, 2 one line per epoch, 0 silent")
+    _add_verbose_argument(group, "train")
+
+
+# Keras' progress bar redraws itself with carriage returns and colour codes, for a terminal. Into a
+# file or a pipe, train and finetune write one line per epoch, and evaluate only its report.
+OFF_TERMINAL_VERBOSE = {"train": 2, "finetune": 2, "evaluate": 0}
+
+
+def progress_verbose(command):
+    """The --verbose of `command` ("train", "finetune", "evaluate") when none is given: Keras' bar (1)
+    where standard output is a terminal, else `OFF_TERMINAL_VERBOSE`."""
+    return 1 if sys.stdout.isatty() else OFF_TERMINAL_VERBOSE[command]
+
+
+def _add_verbose_argument(parser, command):
+    parser.add_argument("--verbose", type=int, default=None, choices=(0, 1, 2),
+                        help=f"Keras' progress: 1 a bar, 2 one line per epoch, 0 none (default: 1 on a terminal, "
+                             f"{OFF_TERMINAL_VERBOSE[command]} into a file or pipe)")
 
 
 def _add_teacher_argument(parser):
@@ -213,6 +234,7 @@ def evaluate_parser():
     _add_data_arguments(parser, train=False, model_file=True)
     parser.add_argument("--batch-size", type=int, default=64, help="evaluation batch size")
     parser.add_argument("--precision", choices=run.PRECISIONS, default="float32", help="dtype policy")
+    _add_verbose_argument(parser, "evaluate")
     return parser
 
 
@@ -310,6 +332,8 @@ def _arguments(function, args, **given):
     names = inspect.signature(function).parameters
     values = {name: value for name, value in vars(args).items() if name in names}
     values.update(given, class_names=_class_names(args))
+    if values.get("verbose", 0) is None:  # --verbose not given: by where the output goes
+        values["verbose"] = progress_verbose(function.__name__)
     if isinstance(values.get("model"), str) and values["model"].lstrip().startswith("{"):
         values["model"] = json.loads(values["model"])
     return values
@@ -391,9 +415,7 @@ def train_run(args):
 def finetune_run(args):
     """`keras-cait finetune`: `keras_cait.training.run.finetune` with the flags' values; returns the model."""
     if args.recipe == "scratch" and _random_weights(args) and not args.recipe_typed:
-        print("--weights none: random weights, so the run trains with --recipe scratch, the recipe that learns from "
-              "them on a small folder (--recipe transfer fine-tunes pretrained ones; --recipe picks another).",
-              flush=True)
+        run.say_scratch_chosen()
     return _trained(run.finetune(**_arguments(run.finetune, args, recipe=recipe_of(args))))
 
 
@@ -415,7 +437,6 @@ COMMANDS = {
 def main(command, argv=None):
     """Parses `argv` with the command's parser, checks and runs it, e.g. `main("evaluate", [...])`;
     a user's mistake raises `CommandFailed` (a SystemExit) after its one line."""
-    import sys
 
     argv = sys.argv[1:] if argv is None else list(argv)
     with reported(command, argv):

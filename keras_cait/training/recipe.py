@@ -93,3 +93,11 @@ RECIPES = {
 }
 # Its former name, kept for `--recipe demo` and code that reads it: the same recipe.
 RECIPES["demo"] = RECIPES["scratch"]
+
+
+class RecipeName(str):
+    """A name of `RECIPES` as the value of a `keras_cait.errors.Named("recipe", ...)` in a line the
+    library says: `recipe=RECIPES['scratch']` from Python, `--recipe scratch` on the command line."""
+
+    def __repr__(self):
+        return f"RECIPES[{str(self)!r}]"

@@ -44,7 +44,7 @@ import warnings
 
 import keras
 
-from keras_cait.errors import Named
+from keras_cait.errors import Named, say
 from keras_cait.images.decoder_messages import decoder_messages_dropped
 from keras_cait.images.evaluation_transform import check_crop_pct
 from keras_cait.io.atomic import written_atomically
@@ -65,7 +65,7 @@ from keras_cait.training import (
 )
 from keras_cait.training.callbacks import save_model
 from keras_cait.training.precision import PRECISIONS, check_precision, default_precision
-from keras_cait.training.recipe import RECIPES
+from keras_cait.training.recipe import RECIPES, RecipeName
 from keras_cait.training.run_errors import RunError, about
 from keras_cait.training.run_plan import compile_for
 
@@ -176,12 +176,23 @@ def train(model, data, output_dir, *, recipe=None, val_data=None, class_names=No
         teacher = run_models.teacher_model(teacher, recipe, data, precision)
         fitted = run_models.fitted(classifier, recipe, teacher)
     run.compile(fitted, jit_compile=jit_compile)
+    train_images = data.train
+    print(f"Training {classifier.name} ({classifier.count_params() / 1e6:.1f}M parameters) from random weights at "
+          f"{image_size}x{image_size} on {train_images.num_examples} images of {train_images.num_classes} classes, "
+          f"{recipe.epochs} epoch{'' if recipe.epochs == 1 else 's'}.", flush=True)
     run.announce()
     run.fit(fitted, "train", recipe.epochs, seed, image_size, run.validation(image_size, crop_pct),
             backup_every, shuffle_buffer, cache)
     save_model(classifier, final)
     run.record.finish("train")
     return RunResult(classifier, run.summary())
+
+
+def say_scratch_chosen():
+    """Says that `finetune` from random weights, given no recipe, trains with the scratch recipe."""
+    say(Named("weights", None), ": random weights, so the run trains with ", Named("recipe", RecipeName("scratch")),
+        ", the recipe that learns from them on a small folder (", Named("recipe", RecipeName("transfer")),
+        " fine-tunes pretrained ones; give ", Named("recipe"), " to choose another).")
 
 
 @_decoder_messages_dropped
@@ -214,9 +225,7 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
             checked_weights(weights) is None)
     if recipe is None and random_weights:
         recipe = RECIPES["scratch"]
-        print("weights=None: random weights, so the run trains with RECIPES['scratch'], the recipe that learns from "
-              "them on a small folder (RECIPES['transfer'] fine-tunes pretrained ones; recipe= picks another).",
-              flush=True)
+        say_scratch_chosen()
     recipe = RECIPES["transfer"] if recipe is None else recipe
     check_crop_pct(crop_pct)
     with about("image_size", image_size):

@@ -52,8 +52,15 @@ def run(tmp_path_factory):
     # mixed_float16, a GPU's default precision: the export must serve it from its float32 copy.
     finetune = console("finetune", "--model", "runs/scratch/final.keras", "--data", "digits",
                           "--output-dir", "runs/ft", "--head-epochs", "1", "--epochs", "1",
-                          "--batch-size", "8", "--precision", "mixed_float16", "--verbose", "0", cwd=work)
+                          "--batch-size", "8", "--precision", "mixed_float16", cwd=work)
     return work, finetune
+
+
+def test_finetune_into_a_pipe_writes_a_line_per_epoch_without_the_bar_s_redraws(run):
+    _, output = run
+    assert "\x1b[" not in output and "\r" not in output, output
+    epochs = [line for line in output.splitlines() if re.match(r"\d+/\d+ - \d+s - .*loss: ", line)]
+    assert len(epochs) == 2, output  # the head's epoch and the whole network's
 
 
 def test_finetune_ends_with_the_files_the_best_accuracy_and_the_next_commands(run):
@@ -84,8 +91,8 @@ def test_evaluate_predict_export_and_serve_the_fine_tuned_model(run):
 
     import keras_cait  # noqa: F401
 
-    report = json.loads(console("evaluate", "--model", "runs/ft/best.keras", "--data", "digits",
-                                   cwd=work).strip().splitlines()[-1])
+    # Into a pipe, the report alone (`keras-cait evaluate ... | jq .top1`).
+    report = json.loads(console("evaluate", "--model", "runs/ft/best.keras", "--data", "digits", cwd=work))
     assert report["images"] == 48 and 0 <= report["top1"] <= 1
 
     images = [os.path.join("digits", name, sorted(os.listdir(work / "digits" / name))[0])

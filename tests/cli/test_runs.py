@@ -21,6 +21,22 @@ def test_evaluate_help_shows_the_defaults():
         assert fragment in text
 
 
+@pytest.mark.parametrize("terminal", [True, False])
+def test_verbose_not_given_is_the_bar_on_a_terminal_and_lines_or_nothing_into_a_file(monkeypatch, terminal):
+    """Keras' bar redraws itself with carriage returns and colour codes: into a file or a pipe, train and
+    finetune write a line per epoch and evaluate its report alone; a --verbose given is kept."""
+    import sys
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: terminal)
+    given = {"train": ["--output-dir", "out"], "finetune": ["--output-dir", "out"], "evaluate": []}
+    for command, words in given.items():
+        function = getattr(runs.run, command)
+        args = runs.parse_arguments(command, ["--data", "folder", *words])
+        assert runs._arguments(function, args)["verbose"] == (1 if terminal else {"evaluate": 0}.get(command, 2))
+        args = runs.parse_arguments(command, ["--data", "folder", *words, "--verbose", "1"])
+        assert runs._arguments(function, args)["verbose"] == 1
+
+
 @pytest.mark.large
 def test_evaluate_reports_top1_and_top5(tiny_cait, digits, tmp_path, capsys):
     folder = digits(tmp_path / "digits", per_class=6)

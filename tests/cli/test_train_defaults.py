@@ -44,6 +44,7 @@ def _train_until_backed_up(folder, after_step):
 
 
 def test_train_with_its_defaults_starts_the_s24_deit_run_and_resumes_it_after_ctrl_c(tmp_path):
+    import keras_cait
     from keras_cait.training.recipe import RECIPES
     from keras_cait.training.run import default_precision
 
@@ -55,6 +56,10 @@ def test_train_with_its_defaults_starts_the_s24_deit_run_and_resumes_it_after_ct
     precision, _ = default_precision()
     assert f"Precision {precision} (" in out
     assert "more than the 20 training images fill: batch 20 instead" in out
+    # What it trains, before the first epoch: S24 with a 2-class head (timm's 1000-class one has 46.9M).
+    parameters = keras_cait.CaiT_S24(weights=None, classes=2).count_params()
+    assert f"Training cait_s24 ({parameters / 1e6:.1f}M parameters) from random weights at 224x224 on 20 images " \
+           f"of 2 classes, {epochs} epochs." in out, out[:2000]
     assert "1 replica (--strategy none), global batch 20 (20 per replica), 1 step per epoch, " in out
     assert f"Epoch 1/{epochs}" in out
     # The one line of where it stopped: a backup at the end of each epoch (1 step each), and the same
