@@ -1,5 +1,6 @@
 """Old names that keep working for a release, with a DeprecationWarning: moved modules' import
-paths (`MOVED`) and renamed keywords of public functions (`renamed_keywords`).
+paths (`MOVED`), names moved out of a module (`MOVED_NAMES`) and renamed keywords of public
+functions (`renamed_keywords`).
 
 `MOVED` is the one table, {old module: new module}; a row keeps an old path for a release.
 `import keras_cait.model` (or `from keras_cait.model import build_cait`) gives the new module
@@ -28,6 +29,16 @@ MOVED = {
     "keras_cait.startup_interrupt": "keras_cait.cli.startup.interrupt",
     "keras_cait.startup_onednn": "keras_cait.cli.startup.onednn",
     "keras_cait.runtime_checks": "keras_cait.models.runtime_checks",
+}
+
+
+# Names that moved out of a module that stays: {old module: (new module, names)}. The old module's
+# `__getattr__ = moved_names(__name__)` keeps each readable there, with a DeprecationWarning.
+MOVED_NAMES = {
+    "keras_cait.training.sources": ("keras_cait.training.image_checks", (
+        "BAD_IMAGES_SEARCHED", "BAD_IMAGES_SHOWN", "CHECK_DECODES_AT_LEAST", "CHECK_SECONDS", "PASSES", "ImageCheck",
+        "Undecodable", "check_images", "find_undecodable", "is_decode_error", "undecodable_error",
+        "undecodable_message", "undecodable_named")),
 }
 
 
@@ -64,6 +75,21 @@ def module_attribute(package, name):
     """The moved module `package.name` (imported through its old path, so it warns), or None."""
     old = f"{package}.{name}"
     return importlib.import_module(old) if old in MOVED else None
+
+
+def moved_names(module):
+    """The `__getattr__` of `module`, a row of `MOVED_NAMES`: a moved name read from it warns and
+    gives the new module's object (the same one, so a monkeypatch must go to the new module)."""
+    new_module, names = MOVED_NAMES[module]
+
+    def __getattr__(name):
+        if name not in names:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        warnings.warn(f"{module}.{name} moved to {new_module}; import it from there (the old path goes in the next "
+                      "release).", DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(new_module), name)
+
+    return __getattr__
 
 
 def renamed_keywords(**renamed):

@@ -48,3 +48,26 @@ def test_every_old_path_is_the_new_module_with_a_deprecation_warning_at_the_impo
         assert found[old]["warnings"] == [["DeprecationWarning", f"{old} moved to {new}; import it from there "
                                            "(the old path goes in the next release).", str(script)]]
     assert found["attribute"] == {"same": True, "warnings": ["DeprecationWarning"]}
+
+
+def test_every_name_moved_out_of_a_module_reads_there_with_a_deprecation_warning_at_the_reading_line():
+    import importlib
+    import warnings
+
+    import pytest
+
+    from keras_cait.deprecation import MOVED_NAMES
+
+    for old, (new, names) in MOVED_NAMES.items():
+        module, destination = importlib.import_module(old), importlib.import_module(new)
+        for name in names:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                value = getattr(module, name)
+            assert value is getattr(destination, name), f"{old}.{name}"
+            assert [(w.category, str(w.message), w.filename) for w in caught] == [
+                (DeprecationWarning, f"{old}.{name} moved to {new}; import it from there (the old path goes in the "
+                                     "next release).", __file__)], f"{old}.{name}"
+            assert not hasattr(module, "__dict__") or name not in vars(module), f"{old}.{name} is still defined there"
+        with pytest.raises(AttributeError, match=f"module '{old}' has no attribute 'nothing_here'"):
+            module.nothing_here

@@ -15,6 +15,7 @@ finetune | evaluate` call; it reads data with tf.data, so it is imported on its 
     MixupCutmix               mixup/cutmix switch, one λ per batch, soft smoothed labels
     augment.Augmentation      the whole per-image and per-batch augmentation with DeiT's defaults
     sources                   tf.data sources: image folders, TFRecords, TFDS
+    image_checks              the images of a source that cannot be decoded, found before a run and named after
     stream                    resumable training batches and evaluation batches
     transfer                  new heads, freezing, another resolution or dtype (keras_cait.models.surgery's)
     lora                      LoRA fine-tuning (enable_lora); merge_lora is keras_cait.models.surgery's

@@ -21,7 +21,7 @@ evaluate` (which only parse their flags and call these functions):
   `recipe.model_ema`), `head.weights.h5` (after the head stage) and TensorBoard `logs/`.
 - **Class names** of the data travel in every saved model (`model.class_names`).
 - **The data checked.** Once listed, before a model is built or a file written, the images
-  are checked (`sources.check_images`: every file's first and last bytes, a decode bounded in
+  are checked (`image_checks.check_images`: every file's first and last bytes, a decode bounded in
   time) and every one that cannot be decoded is named; files of other formats in the class
   folders are said by name; a class of 1 image is refused where a validation fraction is held
   out. The image decoders' own lines (libjpeg's) are kept off standard error (`decoder_messages`).
@@ -52,6 +52,7 @@ from keras_cait.models.architecture import checked_image_size, with_class_names
 from keras_cait.models.loader import is_keras_file
 from keras_cait.models.variants import checked_weights, default_image_size
 from keras_cait.training import (
+    image_checks,
     lora,
     resume,
     run_data,
@@ -59,7 +60,6 @@ from keras_cait.training import (
     run_models,
     run_plan,
     run_state,
-    sources,
     stream,
     transfer,
 )
@@ -331,7 +331,7 @@ def evaluate(model, data, *, weights="imagenet", class_names=None, tfds_dir=None
     # Keras evaluates a loss in any case; only the accuracies are reported.
     classifier.compile(loss="sparse_categorical_crossentropy", metrics=metrics, jit_compile=False)
     dataset = stream.evaluation_dataset(source, image_size, batch_size, crop_pct)
-    with sources.undecodable_named([("data", data, source)], RunError):  # a bad image the check did not reach
+    with image_checks.undecodable_named([("data", data, source)], RunError):  # a bad image the check did not reach
         results = classifier.evaluate(dataset, return_dict=True, verbose=verbose)
     report = {name: float(value) for name, value in results.items() if name != "loss"}
     report["images"] = source.num_examples

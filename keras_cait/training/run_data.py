@@ -1,7 +1,7 @@
 """The data a run reads, and their checks: the sources opened, their images checked, the validation split.
 
 Once listed, before a model is built or a file written, the images are checked
-(`sources.check_images`: every file's first and last bytes, a decode bounded in time) and every
+(`image_checks.check_images`: every file's first and last bytes, a decode bounded in time) and every
 one that cannot be decoded is named; files of other formats in the class folders are said by
 name; a class of 1 image is refused where a validation fraction is held out.
 """
@@ -14,7 +14,7 @@ import keras
 
 from keras_cait.errors import Named
 from keras_cait.errors import listed
-from keras_cait.training import sources
+from keras_cait.training import image_checks, sources
 from keras_cait.training.run_errors import RunError, about
 
 
@@ -76,7 +76,7 @@ def open_data(data, val_data, val_fraction, class_names, tfds_dir, seed):
 
 
 def check_images(named):
-    """Refuses the data whose images cannot be decoded (`sources.check_images`), naming every one
+    """Refuses the data whose images cannot be decoded (`image_checks.check_images`), naming every one
     found in one `RunError`, before any model is built or file written; `named`: {argument:
     (value, source or None)}. Says so where a large folder was decoded only in part."""
     found, complete = {}, True
@@ -84,7 +84,7 @@ def check_images(named):
         if source is None:
             continue
         what = f"{argument}={shown(value)!r}"
-        check = sources.check_images(source)
+        check = image_checks.check_images(source)
         if not check.complete:
             print(f"{what}: {check.said()}", flush=True)
         complete = complete and check.complete
@@ -93,11 +93,11 @@ def check_images(named):
     if not found:
         return
     for what, (_, _, bad) in found.items():
-        if len(bad) > sources.BAD_IMAGES_SHOWN:  # the message names the first; here are all
+        if len(bad) > image_checks.BAD_IMAGES_SHOWN:  # the message names the first; here are all
             print(f"{what}: the {len(bad)} files that cannot be decoded:", flush=True)
             for undecodable in bad:
                 print(f"  {undecodable.name} ({undecodable.reason})", flush=True)
-    raise sources.undecodable_error({argument: (value, bad) for argument, value, bad in found.values()}, complete,
+    raise image_checks.undecodable_error({argument: (value, bad) for argument, value, bad in found.values()}, complete,
                                     RunError)
 
 

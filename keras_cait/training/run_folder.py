@@ -14,7 +14,7 @@ import sys
 import keras
 
 from keras_cait.errors import Named, say
-from keras_cait.training import resume, sources, stream
+from keras_cait.training import image_checks, resume, stream
 from keras_cait.training.callbacks import best_record_path, run_callbacks, tensorboard_installed
 from keras_cait.training.recipe import RECIPES
 from keras_cait.training.run_errors import RunError
@@ -77,7 +77,7 @@ class Run:
                 self.data.train, augmentation, self.plan.global_batch, epochs, seed=seed, start_step=step,
                 shuffle_buffer=shuffle_buffer, cache=cache)
 
-        with sources.undecodable_named(self.data.named, RunError), self._said_if_interrupted(stage, backup, epochs):
+        with image_checks.undecodable_named(self.data.named, RunError), self._said_if_interrupted(stage, backup, epochs):
             history = resume.fit(
                 model, stream_from, epochs, self.plan.steps, backup=backup, callbacks=callbacks,
                 validation_data=validation, verbose=self.verbose,

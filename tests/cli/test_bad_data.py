@@ -3,7 +3,7 @@ without images. Each ends `keras-cait` with the contract's one line naming the f
 (docs/reliability.md), run as a user runs it: the console command, in a fresh process.
 
 TensorFlow's decode error names an op, not a file; the run names it itself
-(`keras_cait.training.sources.undecodable_named`, searching the data only after the failure),
+(`keras_cait.training.image_checks.undecodable_named`, searching the data only after the failure),
 so a Python caller gets the error naming the file and the command prints that error's line."""
 
 import os
@@ -17,7 +17,7 @@ from PIL import Image
 
 from keras_cait.cli.errors import CommandFailed
 from keras_cait.images.evaluation_transform import IMAGE_FORMATS
-from keras_cait.training import RECIPES, run, sources
+from keras_cait.training import RECIPES, image_checks, run, sources
 from tests.conftest import TINY_CAIT, TINY_SIZE, write_digits
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -44,9 +44,9 @@ def unchecked(monkeypatch):
     """The check before a run finds nothing, as on a folder too large to decode in its few seconds:
     the bad image is met only when the run reads it."""
     def nothing_found(source, *args, **kwargs):
-        return sources.ImageCheck([], 0, source.num_examples, 0.0)
+        return image_checks.ImageCheck([], 0, source.num_examples, 0.0)
 
-    monkeypatch.setattr(sources, "check_images", nothing_found)
+    monkeypatch.setattr(image_checks, "check_images", nothing_found)
 
 
 @pytest.mark.large
