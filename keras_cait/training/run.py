@@ -131,7 +131,7 @@ def _decoder_messages_dropped(run_function):
 def train(model, data, output_dir, *, recipe=None, val_data=None, class_names=None, tfds_dir=None,
           image_size=224, crop_pct=1.0, precision="auto", strategy="none", seed=0,
           deterministic=False, jit_compile=True, teacher=None, backup_every=1000, cache=False,
-          shuffle_buffer=None, verbose=1, fit_batch_to_data=False):
+          shuffle_buffer=None, verbose=1, fit_batch_to_data=None):
     """Trains a CaiT from scratch with `recipe` (default `RECIPES["deit"]`, the paper's).
 
     Args:
@@ -147,11 +147,14 @@ def train(model, data, output_dir, *, recipe=None, val_data=None, class_names=No
         teacher: with a distilling recipe, a .keras path, a keras.applications name or a model.
         backup_every: steps between backups of the whole training state.
         fit_batch_to_data: lower a recipe's batch larger than the training images to what they
-            fill (said), rather than raise; the command line does this when --batch-size is not given.
+            fill (said), rather than raise `RunError`. None (the default): when `recipe` is not
+            given, as the command line does when --batch-size is not typed; a recipe given keeps
+            its batch.
 
     Returns:
         a `RunResult`: the model (final weights, class names attached) and the summary.
     """
+    fit_batch_to_data = recipe is None if fit_batch_to_data is None else fit_batch_to_data
     recipe = RECIPES["deit"] if recipe is None else recipe
     check_crop_pct(crop_pct)
     with about("image_size", image_size):
@@ -200,7 +203,7 @@ def say_scratch_chosen():
 def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_data=None, val_fraction=None,
              class_names=None, tfds_dir=None, image_size=None, crop_pct=1.0, precision="auto",
              strategy="none", seed=0, deterministic=False, jit_compile=True, lora_rank=0, teacher=None,
-             backup_every=200, cache=False, shuffle_buffer=None, verbose=1, fit_batch_to_data=False):
+             backup_every=200, cache=False, shuffle_buffer=None, verbose=1, fit_batch_to_data=None):
     """Fine-tunes a CaiT on new classes with `recipe` (default `RECIPES["transfer"]`; with
     `weights=None`, random weights, `RECIPES["scratch"]`, which says so): a new head
     alone for `recipe.head_epochs`, the backbone frozen, then the whole network (or, with
@@ -220,6 +223,7 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
     Returns:
         a `RunResult`: the model (final weights, class names attached) and the summary.
     """
+    fit_batch_to_data = recipe is None if fit_batch_to_data is None else fit_batch_to_data
     with about("weights", weights):
         random_weights = not isinstance(model, keras.Model) and not is_keras_file(model) and (
             checked_weights(weights) is None)

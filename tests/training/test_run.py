@@ -298,6 +298,23 @@ def _refuse_models(monkeypatch):
 
 
 @pytest.mark.parametrize("command", ["train", "finetune"])
+def test_a_run_given_no_recipe_lowers_its_batch_to_a_small_folder_and_a_recipe_given_keeps_its_own(
+        command, digits, tmp_path, monkeypatch, capsys):
+    """As the command does when --batch-size is not typed: a notebook's first run on 9 images trains."""
+    data_dir = digits(tmp_path / "photos", per_class=3, size=8, classes=range(3))
+    _refuse_models(monkeypatch)
+    arguments = dict(weights=None, val_fraction=0) if command == "finetune" else {}
+    recipe = RECIPES["scratch"] if command == "finetune" else RECIPES["deit"]
+    with pytest.raises(AssertionError, match="was reached"):
+        getattr(run, command)("XXS24", data_dir, tmp_path / "run", verbose=0, **arguments)
+    assert (f"Batch {recipe.batch_size} per replica is more than the 9 training images fill: batch 9 instead"
+            in capsys.readouterr().out)
+    with pytest.raises(run.RunError, match=f"batch_size={recipe.batch_size}: the global batch of "
+                                           f"{recipe.batch_size} is larger than the 9 training images"):
+        getattr(run, command)("XXS24", data_dir, tmp_path / "again", recipe=recipe, verbose=0, **arguments)
+
+
+@pytest.mark.parametrize("command", ["train", "finetune"])
 def test_a_folder_of_one_class_is_refused(command, digits, tmp_path, monkeypatch):
     """It used to train for minutes and report 100 % validation accuracy."""
     data_dir = digits(tmp_path / "photos", per_class=4, size=8, classes=range(1))
