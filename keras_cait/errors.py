@@ -72,6 +72,12 @@ def listed(items, shown=5):
     return ", ".join(items[:shown]) + (f" and {len(items) - shown} more" if len(items) > shown else "")
 
 
+def counted(count, noun, plural=None):
+    """`1 epoch`, `3 epochs`, `2 classes` (`plural`: the noun's plural, when not noun + "s"): a
+    count and its noun, the one way a line counts."""
+    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
+
+
 def spoken(parts, name=python_name):
     """The text of `parts` (a string, a `Named`, or a list or tuple of those), each `Named` as
     `name(named)` writes it."""

@@ -77,3 +77,11 @@ def test_an_error_of_another_kind_names_its_arguments_as_parts():
     assert str(error) == "No network. Pass a local file: weights='/path/to/model.safetensors'."
     assert error.render(lambda named: f"--{named.argument} {named.value}") == (
         "No network. Pass a local file: --weights /path/to/model.safetensors.")
+
+
+def test_a_count_takes_its_noun_in_the_singular_only_for_one():
+    from keras_cait.errors import counted
+
+    assert [counted(n, "epoch") for n in (0, 1, 2)] == ["0 epochs", "1 epoch", "2 epochs"]
+    assert [counted(n, "class", "classes") for n in (1, 3)] == ["1 class", "3 classes"]
+    assert counted(1281167, "image") == "1,281,167 images"

@@ -44,7 +44,7 @@ import warnings
 
 import keras
 
-from keras_cait.errors import Named, say
+from keras_cait.errors import Named, counted, say
 from keras_cait.images.decoder_messages import decoder_messages_dropped
 from keras_cait.images.evaluation_transform import check_crop_pct
 from keras_cait.io.atomic import written_atomically
@@ -181,8 +181,8 @@ def train(model, data, output_dir, *, recipe=None, val_data=None, class_names=No
     run.compile(fitted, jit_compile=jit_compile)
     train_images = data.train
     print(f"Training {classifier.name} ({classifier.count_params() / 1e6:.1f}M parameters) from random weights at "
-          f"{image_size}x{image_size} on {train_images.num_examples} images of {train_images.num_classes} classes, "
-          f"{recipe.epochs} epoch{'' if recipe.epochs == 1 else 's'}.", flush=True)
+          f"{image_size}x{image_size} on {counted(train_images.num_examples, 'image')} of "
+          f"{counted(train_images.num_classes, 'class', 'classes')}, {counted(recipe.epochs, 'epoch')}.", flush=True)
     run.announce()
     run.fit(fitted, "train", recipe.epochs, seed, image_size, run.validation(image_size, crop_pct),
             backup_every, shuffle_buffer, cache)
@@ -259,8 +259,10 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
     image_size = classifier.input_shape[1]
     validation = run.validation(image_size, crop_pct)
     run.announce()
+    stages = bool(recipe.head_epochs) + bool(recipe.epochs)
     if recipe.head_epochs:
-        print(f"Stage 1 of 2: the new head alone, backbone frozen, {recipe.head_epochs} epoch(s)", flush=True)
+        print(f"Stage 1 of {stages}: the new head alone, backbone frozen, {counted(recipe.head_epochs, 'epoch')}",
+              flush=True)
         if run.record.finished("head") and os.path.exists(head_weights):
             print(f"Stage 1 done in an earlier run: the head is loaded from {head_weights}, not trained again.",
                   flush=True)
@@ -277,7 +279,7 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
     if recipe.epochs:
         stage = (f"LoRA of rank {lora_rank} on the attention projections, and the head" if lora_rank
                  else "the whole network")
-        print(f"Stage 2 of 2: {stage}, {recipe.epochs} epoch(s)", flush=True)
+        print(f"Stage {stages} of {stages}: {stage}, {counted(recipe.epochs, 'epoch')}", flush=True)
         with distribution.scope():
             if lora_rank:
                 run_folder.check_lora_can_start(run.output_dir)

@@ -13,7 +13,7 @@ import sys
 
 import keras
 
-from keras_cait.errors import Named, say
+from keras_cait.errors import Named, counted, say
 from keras_cait.training import image_checks, resume, stream
 from keras_cait.training.callbacks import best_record_path, run_callbacks, tensorboard_installed
 from keras_cait.training.recipe import RECIPES
@@ -44,9 +44,9 @@ class Run:
             print('No TensorBoard logs: the tensorboard package is not installed (pip install '
                   '"keras-cait[train]" to have them in logs/).', flush=True)
         replicas, steps = self.distribution.replicas, self.plan.steps
-        say(f"{replicas} replica{'' if replicas == 1 else 's'} (", Named("strategy", self.distribution.name),
-            f"), global batch {self.plan.global_batch} ({self.recipe.batch_size} per replica), {steps} "
-            f"step{'' if steps == 1 else 's'} per epoch, peak learning rate "
+        say(f"{counted(replicas, 'replica')} (", Named("strategy", self.distribution.name),
+            f"), global batch {self.plan.global_batch} ({self.recipe.batch_size} per replica), "
+            f"{counted(steps, 'step')} per epoch, peak learning rate "
             f"{self.recipe.peak_lr(self.plan.global_batch):.3g}")
 
     def compile(self, model, head=False, jit_compile=True):

@@ -179,8 +179,12 @@ def test_finetune_from_random_weights_takes_the_scratch_recipe_and_learns_two_re
                           verbose=0)
 
     assert Recipe.load(str(tmp_path / "run" / "recipe.json")) == RECIPES["scratch"]
-    said = [line for line in capsys.readouterr().out.splitlines() if "RECIPES['scratch']" in line]
+    out = capsys.readouterr().out
+    said = [line for line in out.splitlines() if "RECIPES['scratch']" in line]
     assert len(said) == 1 and "weights=None" in said[0], said
+    # No head-only stage in this recipe: its one stage is not "2 of 2".
+    assert f"Stage 1 of 1: the whole network, {RECIPES['scratch'].epochs} epochs" in out, out
+    assert "Stage 2" not in out
     report = run.evaluate(result.model, held_out, verbose=0)
     assert report["images"] == 80 and report["top1"] >= 0.75, report
 
