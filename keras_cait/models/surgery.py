@@ -4,6 +4,7 @@ trains nothing; `keras_cait.training` and `keras_cait.export` both use them."""
 
 import numbers
 import os
+import random
 import tempfile
 
 import keras
@@ -152,7 +153,7 @@ def merge_lora(model):
         path = os.path.join(folder, "merged.weights.h5")
         # A LoRA Dense saves its merged kernel (W + (alpha/rank)·A B), not A and B.
         model.save_weights(path)
-        merged = model.__class__.from_config(model.get_config())
+        merged = _copied(model.get_config(), model)
         merged.load_weights(path)
     return merged
 
@@ -165,7 +166,7 @@ def _rebuilt(model, edit, copy_weights=None):
         # Rebuilt as the graph is called, not as recorded.
         layer_config.pop("build_config", None)
         edit(layer_config)
-    rebuilt = model.__class__.from_config(config)
+    rebuilt = _copied(config, model)
     for old, new in zip(model.layers, rebuilt.layers):
         copy = (copy_weights or {}).get(type(old))
         if copy:
@@ -174,3 +175,17 @@ def _rebuilt(model, edit, copy_weights=None):
             new.set_weights(old.get_weights())
         new.trainable = old.trainable
     return rebuilt
+
+
+def _copied(config, model):
+    """A model of `model`'s class built from `config`, leaving Python's global generator as it was.
+
+    Keras draws a seed from `random` for each random layer it builds (stochastic depth); a copy then
+    takes the original's weights, its seed generators' states included, so those draws would only
+    move the caller's generator: an export or a dtype change between `keras.utils.set_random_seed`
+    and training would change what the training draws."""
+    state = random.getstate()
+    try:
+        return model.__class__.from_config(config)
+    finally:
+        random.setstate(state)

@@ -150,3 +150,30 @@ def test_a_float32_model_rebuilt_under_a_mixed_policy_computes_as_one_built_unde
     assert with_dtype_policy(built, policy) is built
     assert with_dtype_policy(loaded, "float32") is loaded
     assert policies(with_dtype_policy(built, "float32")) == policies(loaded)
+
+
+def test_copies_and_exports_leave_python_s_generator_where_it_was(tiny_cait, tmp_path):
+    """Keras draws a seed from Python's `random` for each stochastic-depth layer it builds; a copy
+    (another policy, resolution or rate, LoRA merged) takes the original's weights, so it leaves the
+    caller's generator as it was, and so does an export of a mixed-precision model (folded from its
+    float32 copy): a run seeded before them draws what it would have drawn without them."""
+    import random
+
+    from keras_cait import export_saved_model
+    from keras_cait.models.surgery import merge_lora, with_drop_path_rate, with_dtype_policy
+
+    model = tiny_cait(drop_path_rate=0.1)
+    mixed = with_dtype_policy(model, "mixed_bfloat16")
+    calls = {
+        "with_dtype_policy": lambda: with_dtype_policy(model, "mixed_bfloat16"),
+        "at_resolution": lambda: at_resolution(model, 64),
+        "with_drop_path_rate": lambda: with_drop_path_rate(model, 0.2),
+        "merge_lora": lambda: merge_lora(model),
+        "export_saved_model": lambda: export_saved_model(mixed, tmp_path / "serving" / "1"),
+    }
+    for name, call in calls.items():
+        random.seed(5)
+        call()
+        drawn = random.random()
+        random.seed(5)
+        assert drawn == random.random(), f"{name} drew from Python's generator"
