@@ -132,7 +132,8 @@ def train(model, data, output_dir, *, recipe=None, val_data=None, class_names=No
           image_size=224, crop_pct=1.0, precision="auto", strategy="none", seed=0,
           deterministic=False, jit_compile=True, teacher=None, backup_every=1000, cache=False,
           shuffle_buffer=None, verbose=1, fit_batch_to_data=None):
-    """Trains a CaiT from scratch with `recipe` (default `RECIPES["deit"]`, the paper's).
+    """Trains a CaiT from scratch with `recipe`, a `Recipe` or a name of `RECIPES` (default "deit",
+    the paper's).
 
     Args:
         model: a variant name ("S24", "cait_s24_224") or a dict of `build_cait` arguments.
@@ -155,7 +156,7 @@ def train(model, data, output_dir, *, recipe=None, val_data=None, class_names=No
         a `RunResult`: the model (final weights, class names attached) and the summary.
     """
     fit_batch_to_data = recipe is None if fit_batch_to_data is None else fit_batch_to_data
-    recipe = RECIPES["deit"] if recipe is None else recipe
+    recipe = run_plan.checked_recipe(recipe, RECIPES["deit"])
     check_crop_pct(crop_pct)
     with about("image_size", image_size):
         image_size = checked_image_size(image_size, model.get("patch_size", 16) if isinstance(model, dict) else 16)
@@ -204,11 +205,11 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
              class_names=None, tfds_dir=None, image_size=None, crop_pct=1.0, precision="auto",
              strategy="none", seed=0, deterministic=False, jit_compile=True, lora_rank=0, teacher=None,
              backup_every=200, cache=False, shuffle_buffer=None, verbose=1, fit_batch_to_data=None):
-    """Fine-tunes a CaiT on new classes with `recipe` (default `RECIPES["transfer"]`; with
-    `weights=None`, random weights, `RECIPES["scratch"]`, which says so): a new head
-    alone for `recipe.head_epochs`, the backbone frozen, then the whole network (or, with
-    `lora_rank`, rank-R LoRA updates of the attention projections and the head) for
-    `recipe.epochs`, at any `image_size` (the position embedding is resized).
+    """Fine-tunes a CaiT on new classes with `recipe`, a `Recipe` or a name of `RECIPES` (default
+    "transfer"; with `weights=None`, random weights, "scratch", which says so): a new head alone
+    for `recipe.head_epochs`, the backbone frozen, then the whole network (or, with `lora_rank`,
+    rank-R LoRA updates of the attention projections and the head) for `recipe.epochs`, at any
+    `image_size` (the position embedding is resized).
 
     Args:
         model: a variant name ("XXS24", "cait_xxs24_384") with `weights` ("imagenet", None or a
@@ -230,7 +231,7 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
     if recipe is None and random_weights:
         recipe = RECIPES["scratch"]
         say_scratch_chosen()
-    recipe = RECIPES["transfer"] if recipe is None else recipe
+    recipe = run_plan.checked_recipe(recipe, RECIPES["transfer"])
     check_crop_pct(crop_pct)
     with about("image_size", image_size):
         image_size = None if image_size is None else checked_image_size(image_size)

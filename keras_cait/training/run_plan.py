@@ -6,7 +6,26 @@ import keras
 
 from keras_cait.errors import Named
 from keras_cait.training import distribute, stream
+from keras_cait.training.recipe import RECIPES, Recipe
 from keras_cait.training.run_errors import RunError, about
+
+
+def checked_recipe(recipe, default):
+    """A run's `recipe` argument as a `Recipe`: `default` for None, a name of `RECIPES` ("deit"), or a
+    `Recipe` as it is; anything else is refused."""
+    if recipe is None:
+        return default
+    if isinstance(recipe, Recipe):
+        return recipe
+    if isinstance(recipe, str) and recipe in RECIPES:
+        return RECIPES[recipe]
+    first_names = {}  # of each recipe (not the former names kept beside them)
+    for name, named in RECIPES.items():
+        first_names.setdefault(id(named), name)
+    names = ", ".join(repr(name) for name in first_names.values())
+    raise RunError("recipe", recipe, "no recipe of that name" if isinstance(recipe, str) else
+                   "neither a Recipe nor a recipe's name",
+                   f"give a name of RECIPES ({names}) or a Recipe, e.g. RECIPES['deit'].replace(epochs=30)", usage=True)
 
 
 def check_recipe(recipe, teacher, command):

@@ -315,6 +315,25 @@ def test_a_run_given_no_recipe_lowers_its_batch_to_a_small_folder_and_a_recipe_g
 
 
 @pytest.mark.parametrize("command", ["train", "finetune"])
+def test_a_recipe_is_given_as_a_recipe_or_its_name_and_anything_else_is_refused_naming_the_names(
+        command, digits, tmp_path, monkeypatch):
+    data_dir = digits(tmp_path / "photos", per_class=3, size=8, classes=range(3))
+    _refuse_models(monkeypatch)
+    arguments = dict(weights=None, val_fraction=0) if command == "finetune" else {}
+    for name in ("scratch", "deit"):  # by name: RECIPES[name] itself, its batch (32, 64) kept as a recipe given
+        batch = RECIPES[name].batch_size
+        with pytest.raises(run.RunError, match=f"batch_size={batch}: the global batch of {batch} is larger"):
+            getattr(run, command)("XXS24", data_dir, tmp_path / name, recipe=name, verbose=0, **arguments)
+    for wrong, problem in (("deitt", "no recipe of that name"), (42, "neither a Recipe nor a recipe's name")):
+        with pytest.raises(run.RunError) as raised:
+            getattr(run, command)("XXS24", data_dir, tmp_path / "wrong", recipe=wrong, verbose=0, **arguments)
+        assert str(raised.value) == (
+            f"recipe={wrong!r}: {problem}; give a name of RECIPES ('deit', 'deit-highres', 'transfer', 'scratch') or "
+            "a Recipe, e.g. RECIPES['deit'].replace(epochs=30)")
+        assert raised.value.usage and not (tmp_path / "wrong").exists()
+
+
+@pytest.mark.parametrize("command", ["train", "finetune"])
 def test_a_folder_of_one_class_is_refused(command, digits, tmp_path, monkeypatch):
     """It used to train for minutes and report 100 % validation accuracy."""
     data_dir = digits(tmp_path / "photos", per_class=4, size=8, classes=range(1))
