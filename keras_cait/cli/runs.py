@@ -22,7 +22,6 @@ import sys
 from keras_cait.cli.errors import (
     Parser,
     add_debug_flag,
-    check_range,
     check_writable_folder,
     fail,
     flag,
@@ -244,8 +243,9 @@ def evaluate_parser():
 def check_arguments(command, args):
     """Refuses flags that cannot work, alone or together, and outputs that cannot be written
     (a `usage` or `fail` error naming the flag), before the run reads data or builds a model.
-    What the recipe and the run decide themselves (a knob's range, `crop_pct`'s, a warmup longer
-    than the run, distillation without a teacher) they refuse before they read data too."""
+    What the recipe and the run decide themselves (a knob's range, `crop_pct`'s, a count such as
+    `backup_every` or `lora_rank`, `val_fraction`'s range, a warmup longer than the run,
+    distillation without a teacher) they refuse before they read data too."""
     _check_model(args)
     _check_image_size(args)
     for flag in ("--data", "--val-data"):
@@ -253,15 +253,8 @@ def check_arguments(command, args):
     if args.class_names and not os.path.isfile(args.class_names):
         raise fail(f"--class-names {args.class_names}: no such file; give a text file with one "
                    "class name per line.")
-    if command == "evaluate":
-        check_range("--batch-size", args.batch_size, 1, example=64)
-        return
-    check_range("--backup-every", args.backup_every, 1, example=1000)
-    check_range("--shuffle-buffer", args.shuffle_buffer, 1, example=10000)
-    if command == "finetune":
-        check_range("--val-fraction", args.val_fraction, 0.0, 0.99, example=0.1)
-        check_range("--lora-rank", args.lora_rank, 0, example=8)
-    check_writable_folder("--output-dir", args.output_dir)
+    if command != "evaluate":
+        check_writable_folder("--output-dir", args.output_dir)
 
 
 def _check_model(args):

@@ -160,6 +160,7 @@ def train(model, data, output_dir, *, recipe=None, val_data=None, class_names=No
     check_crop_pct(crop_pct)
     with about("image_size", image_size):
         image_size = checked_image_size(image_size, model.get("patch_size", 16) if isinstance(model, dict) else 16)
+    run_plan.check_counts(seed=seed, backup_every=backup_every, shuffle_buffer=shuffle_buffer)
     run_plan.check_recipe(recipe, teacher, "train")
     run_models.check_teacher(teacher, recipe)
     precision = check_precision(precision, auto=True)
@@ -235,6 +236,7 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
     check_crop_pct(crop_pct)
     with about("image_size", image_size):
         image_size = None if image_size is None else checked_image_size(image_size)
+    run_plan.check_counts(seed=seed, backup_every=backup_every, shuffle_buffer=shuffle_buffer, lora_rank=lora_rank)
     run_plan.check_recipe(recipe, teacher, "finetune")
     run_models.check_teacher(teacher, recipe)
     val_fraction = run_data.validation_fraction(val_data, val_fraction)
@@ -317,6 +319,7 @@ def evaluate(model, data, *, weights="imagenet", class_names=None, tfds_dir=None
     """
     check_precision(precision)
     check_crop_pct(crop_pct)
+    run_plan.check_counts(batch_size=batch_size)
     with about("image_size", image_size):
         image_size = None if image_size is None else checked_image_size(image_size)
     source = run_data.open_source("data", data, class_names, tfds_dir)

@@ -1,6 +1,7 @@
 """The plan of a run: what its recipe allows, its replicas, its batches, and how it compiles a model."""
 
 import dataclasses
+import numbers
 
 import keras
 
@@ -8,6 +9,29 @@ from keras_cait.errors import Named
 from keras_cait.training import distribute, stream
 from keras_cait.training.recipe import RECIPES, Recipe
 from keras_cait.training.run_errors import RunError, about
+
+
+# The counts a run takes: {argument: (the least value, an example, whether None is allowed)}.
+COUNTS = {
+    "seed": (0, 0, False),
+    "backup_every": (1, 1000, False),
+    "shuffle_buffer": (1, 10000, True),  # None: every example
+    "lora_rank": (0, 8, False),  # 0: the whole network
+    "batch_size": (1, 64, False),
+}
+
+
+def check_counts(**given):
+    """Each of `given` (argument=value, arguments of `COUNTS`) an integer of at least its least
+    value, else a RunError naming it (usage), before the run reads anything."""
+    for argument, value in given.items():
+        least, example, none_allowed = COUNTS[argument]
+        if value is None and none_allowed:
+            continue
+        integer = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+        if not integer or value < least:
+            raise RunError(argument, value, f"must be an integer of at least {least}" + (
+                "" if integer else f", not {type(value).__name__}"), ["e.g. ", Named(argument, example)], usage=True)
 
 
 def checked_recipe(recipe, default):

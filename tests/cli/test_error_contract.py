@@ -174,6 +174,8 @@ ROWS = {
                                         "{tmp}/missing.keras", "no such file"),
     "finetune/unknown-variant": row(FINETUNE + " --model ZZ99", USAGE, "--model", "'ZZ99'", ".keras"),
     "finetune/val-fraction-above-1": row(FINETUNE + " --val-fraction 1.5", USAGE, "--val-fraction 1.5"),
+    "finetune/backup-every-0": row(FINETUNE + " --backup-every 0", USAGE, "--backup-every 0", "at least 1"),
+    "train/shuffle-buffer-0": row(TRAIN + " --shuffle-buffer 0", USAGE, "--shuffle-buffer 0", "at least 1"),
     "finetune/nothing-to-train": row(FINETUNE + " --epochs 0 --head-epochs 0", USAGE, "--epochs 0",
                                      "--head-epochs 0"),
     "finetune/highres-epochs-within-warmup": row(FINETUNE + " --recipe deit-highres --epochs 3", USAGE,

@@ -333,6 +333,28 @@ def test_a_recipe_is_given_as_a_recipe_or_its_name_and_anything_else_is_refused_
         assert raised.value.usage and not (tmp_path / "wrong").exists()
 
 
+@pytest.mark.parametrize("command, argument, value, problem", [
+    ("train", "seed", "a", "must be an integer of at least 0, not str; e.g. seed=0"),
+    ("train", "backup_every", 0, "must be an integer of at least 1; e.g. backup_every=1000"),
+    ("train", "shuffle_buffer", 0, "must be an integer of at least 1; e.g. shuffle_buffer=10000"),
+    ("finetune", "lora_rank", -1, "must be an integer of at least 0; e.g. lora_rank=8"),
+    ("finetune", "backup_every", 2.5, "must be an integer of at least 1, not float; e.g. backup_every=1000"),
+    ("evaluate", "batch_size", 0, "must be an integer of at least 1; e.g. batch_size=64"),
+])
+def test_a_count_that_cannot_work_is_refused_naming_it_before_anything_is_read_or_written(
+        command, argument, value, problem, digits, tmp_path, monkeypatch):
+    """They reached Python as numpy's TypeError (seed), Keras' save_freq=0 after the run's folder was
+    made (backup_every), lora's rank=-1, and TensorFlow's 'Batch size must be greater than zero'."""
+    data_dir = digits(tmp_path / "photos", per_class=3, size=8, classes=range(3))
+    _refuse(monkeypatch, run_data, "open_data")
+    _refuse(monkeypatch, run_data, "open_source")
+    where = () if command == "evaluate" else (tmp_path / "run",)
+    with pytest.raises(run.RunError) as raised:
+        getattr(run, command)("XXS24", data_dir, *where, **{argument: value})
+    assert str(raised.value) == f"{argument}={value!r}: {problem}"
+    assert raised.value.usage and not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("command", ["train", "finetune"])
 def test_a_folder_of_one_class_is_refused(command, digits, tmp_path, monkeypatch):
     """It used to train for minutes and report 100 % validation accuracy."""
