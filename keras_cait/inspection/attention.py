@@ -28,7 +28,7 @@ import keras
 import numpy as np
 
 from keras_cait.layers import PositionEmbedding
-from keras_cait.models.architecture import ClassAttentionBlock, SelfAttentionBlock
+from keras_cait.models.architecture import ClassAttentionBlock, SelfAttentionBlock, check_images
 
 # model -> {self-attention block indices: the attention model}. Weak keys: the
 # cache does not keep a deleted model (and its weights) alive.
@@ -157,12 +157,7 @@ def attention_maps(model, images, self_attention_blocks=None, batch_size=32):
             "CaiT_*, or a model that contains one."
         )
     images = np.asarray(images)
-    expected = tuple(backbone.input_shape[1:])
-    if images.ndim != 4 or any(e is not None and e != s for e, s in zip(expected, images.shape[1:])):
-        raise ValueError(
-            f"images of shape {images.shape}: the model takes a batch of shape (batch, "
-            f"{', '.join(map(str, expected))}); for a single image pass images[None]."
-        )
+    check_images(images, backbone.input_shape, model.name)  # the model's own check: the fix for each shape
     self_blocks = sum(isinstance(layer, SelfAttentionBlock) for layer in backbone.layers)
     indices = _self_attention_indices(self_attention_blocks, self_blocks)
 
