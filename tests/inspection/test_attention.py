@@ -250,9 +250,12 @@ class TestErrors:
             attention_maps(model, images)
 
     def test_images_of_the_wrong_shape_are_refused(self, model, images):
-        with pytest.raises(ValueError, match=r"\(32, 48, 3\): the model takes .*images\[None\]"):
+        """With the model's own line (`check_images`): a batch of another size was once told to add the
+        batch axis."""
+        with pytest.raises(ValueError, match=r"\(32, 48, 3\): cait takes .*add the batch axis: images\[None\]"):
             attention_maps(model, images[0])
-        with pytest.raises(ValueError, match=r"\(3, 48, 32, 3\)"):
+        with pytest.raises(ValueError, match=r"\(3, 48, 32, 3\): cait takes images of shape \(batch, 32, 48, 3\); "
+                                             "resize and centre-crop them to 32×48"):
             attention_maps(model, images.transpose(0, 2, 1, 3))
 
     @pytest.mark.parametrize("blocks", [2, -3, [0, "1"], 1.0])
@@ -288,16 +291,3 @@ def test_the_jax_backend_gives_the_same_maps(tmp_path, model, images):
     got = np.load(tmp_path / "maps.npz")
     for i, value in enumerate(expected.class_attention + [expected.self_attention[-1]]):
         np.testing.assert_allclose(got[f"arr_{i}"], value, rtol=1e-4, atol=1e-5)
-
-
-@pytest.mark.parametrize("shape, fix", [
-    ((2, 64, 64, 3), "resize and centre-crop them to 32×48"),
-    ((32, 48, 3), "for one image add the batch axis: images[None]"),
-    ((2, 32, 48, 1), "convert grayscale to RGB"),
-])
-def test_images_the_model_cannot_take_get_the_model_s_own_line_with_the_fix(model, shape, fix):
-    """The maps said "for a single image pass images[None]" of any shape, a batch of the wrong size too."""
-    with pytest.raises(ValueError) as raised:
-        attention_maps(model, np.zeros(shape, "float32"))
-    assert str(raised.value).startswith(f"images of shape {shape}: {model.name} takes images of shape (batch, "
-                                        f"{', '.join(map(str, INPUT_SHAPE))})") and fix in str(raised.value)
