@@ -39,6 +39,7 @@ decoding, with INVALID_ARGUMENT.
 
 import dataclasses
 import math
+import numbers
 import os
 import re
 
@@ -334,9 +335,14 @@ def _jpeg_window(encoded, window, image_height, image_width):
 
 
 def target_size(image_size):
-    """`224` or `(224, 320)` -> `(224, 224)` or `(224, 320)`: (height, width) of the model input."""
-    height, width = (image_size, image_size) if np.ndim(image_size) == 0 else image_size
-    return int(height), int(width)
+    """`224` or `(224, 320)` -> `(224, 224)` or `(224, 320)`: (height, width) of the model input;
+    anything else (a side that is no positive integer) an `ArgumentError` naming `image_size`."""
+    sides = (image_size, image_size) if np.ndim(image_size) == 0 else tuple(image_size)
+    if len(sides) != 2 or not all(isinstance(side, numbers.Real) and not isinstance(side, bool) and side > 0
+                                  and side == int(side) for side in sides):
+        raise ArgumentError("image_size", image_size, "must be a positive integer or a (height, width) pair of them",
+                            ["e.g. ", Named("image_size", 224)], usage=True)
+    return int(sides[0]), int(sides[1])
 
 
 def check_crop_pct(crop_pct):
@@ -422,9 +428,13 @@ def load_image(path, image_size=224, crop_pct=1.0):
     See `keras_cait.preprocessing.load_image`.
     """
     unreadable = f"Cannot read image {str(path)!r} ({IMAGE_FORMATS} expected)"
+    target_size(image_size)  # the arguments checked before the file is read
+    check_crop_pct(crop_pct)
     try:
         if os.path.isdir(path):
             raise ValueError(f"Image {str(path)!r} is a folder; pass an image file ({IMAGE_FORMATS}).")
+        if not tf.io.gfile.exists(str(path)):  # asked first: a failed read logs TensorFlow's own lines
+            raise FileNotFoundError(f"Image {str(path)!r} does not exist.")
         encoded = tf.io.read_file(str(path))
         fault = header_fault(tf.strings.substr(encoded, 0, HEADER_BYTES).numpy())
         if fault is not None:

@@ -166,6 +166,39 @@ def test_load_image_errors_name_the_file(tmp_path):
         crop_geometry(10, 10, 224, crop_pct=1.5)
 
 
+def test_load_image_refuses_a_missing_file_and_a_bad_size_before_tensorflow_reads_anything(tmp_path):
+    """From a notebook (no TF_CPP_MIN_LOG_LEVEL): a missing file printed TensorFlow's `OP_REQUIRES failed
+    ... NOT_FOUND` and `Local rendezvous is aborting` lines above the error, and image_size=0 was
+    'Cannot read image ...: output dimensions must be positive'. Standard error stays empty now."""
+    import os
+    import subprocess
+    import sys
+
+    Image.new("RGB", (8, 8)).save(tmp_path / "photo.png")
+    script = """
+from keras_cait.preprocessing import load_image
+try:
+    load_image("missing.jpg")
+except FileNotFoundError as error:
+    print(error)
+for size in (0, -3, 2.5, (32,), "224", True):
+    try:
+        load_image("photo.png", size)
+    except ValueError as error:
+        print(error)
+print(load_image("photo.png", 32.0).shape == load_image("photo.png", (32, 32)).shape)
+"""
+    environment = {name: value for name, value in os.environ.items() if name != "TF_CPP_MIN_LOG_LEVEL"}
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=environment, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "Image 'missing.jpg' does not exist."
+    assert lines[1:-1] == [f"image_size={size!r}: must be a positive integer or a (height, width) pair of them; "
+                           "e.g. image_size=224" for size in (0, -3, 2.5, (32,), "224", True)]
+    assert lines[-1] == "True"
+
+
 def webp_of(sides, lossless):
     encoded = io.BytesIO()
     Image.new("RGB", sides[::-1], (10, 20, 30)).save(encoded, "WEBP", lossless=lossless)
