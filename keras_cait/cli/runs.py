@@ -430,7 +430,6 @@ COMMANDS = {
 def main(command, argv=None):
     """Parses `argv` with the command's parser, checks and runs it, e.g. `main("evaluate", [...])`;
     a user's mistake raises `CommandFailed` (a SystemExit) after its one line."""
-
     argv = sys.argv[1:] if argv is None else list(argv)
     with reported(command, argv):
         args = parse_arguments(command, argv)

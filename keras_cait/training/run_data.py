@@ -97,8 +97,8 @@ def check_images(named):
             print(f"{what}: the {len(bad)} files that cannot be decoded:", flush=True)
             for undecodable in bad:
                 print(f"  {undecodable.name} ({undecodable.reason})", flush=True)
-    raise image_checks.undecodable_error({argument: (value, bad) for argument, value, bad in found.values()}, complete,
-                                    RunError)
+    raise image_checks.undecodable_error({argument: (value, bad) for argument, value, bad in found.values()},
+                                         complete, RunError)
 
 
 def _check_classes_can_be_split(data, source, val_fraction):

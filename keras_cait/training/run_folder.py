@@ -77,7 +77,8 @@ class Run:
                 self.data.train, augmentation, self.plan.global_batch, epochs, seed=seed, start_step=step,
                 shuffle_buffer=shuffle_buffer, cache=cache)
 
-        with image_checks.undecodable_named(self.data.named, RunError), self._said_if_interrupted(stage, backup, epochs):
+        with (image_checks.undecodable_named(self.data.named, RunError),
+              self._said_if_interrupted(stage, backup, epochs)):
             history = resume.fit(
                 model, stream_from, epochs, self.plan.steps, backup=backup, callbacks=callbacks,
                 validation_data=validation, verbose=self.verbose,

@@ -96,10 +96,11 @@ def test_the_check_names_every_undecodable_image_at_once(tmp_path, digits):
     _truncated_jpeg(tmp_path / "photos" / "1" / "cut.jpg")
     _cut_progressive_jpeg(tmp_path / "photos" / "2" / "cut.jpg")
     check = image_checks.check_images(sources.image_folder(folder))
+    truncated = "invalid JPEG data (a truncated or damaged file)"
     assert check.undecodable == [
         image_checks.Undecodable(os.path.join(folder, "0", "notes.jpg"), "not an image file"),
-        image_checks.Undecodable(os.path.join(folder, "1", "cut.jpg"), "invalid JPEG data (a truncated or damaged file)"),
-        image_checks.Undecodable(os.path.join(folder, "2", "cut.jpg"), "invalid JPEG data (a truncated or damaged file)"),
+        image_checks.Undecodable(os.path.join(folder, "1", "cut.jpg"), truncated),
+        image_checks.Undecodable(os.path.join(folder, "2", "cut.jpg"), truncated),
     ]
     assert check.complete and (check.decoded, check.total) == (12, 12)
 
