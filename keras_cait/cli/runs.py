@@ -35,6 +35,7 @@ from keras_cait.errors import ArgumentError, speaking
 from keras_cait.training import distribute, resume, run
 from keras_cait.training import recipe as recipes
 from keras_cait.models.variants import parse_model_name
+from keras_cait.training.run_models import TEACHER_EXAMPLE
 
 # Each command's recipe when --recipe is not given.
 DEFAULT_RECIPES = {"train": "deit", "finetune": "transfer"}
@@ -122,7 +123,7 @@ def _add_teacher_argument(parser):
     parser.add_argument("--teacher",
                         help="the teacher of --distillation-type hard or soft (DeiT's; the paper: a "
                              "RegNetY-16GF teacher, hard distillation): a .keras model file or a "
-                             "keras.applications model name (e.g. RegNetY160, with Keras' ImageNet "
+                             f"keras.applications model name (e.g. {TEACHER_EXAMPLE}, with Keras' ImageNet "
                              "weights); it sees the student's 0..255 training batches and must "
                              "predict the same classes")
 

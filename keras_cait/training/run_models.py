@@ -13,6 +13,10 @@ from keras_cait.training.distillation import Distiller
 from keras_cait.training.run_data import given
 from keras_cait.training.run_errors import RunError, about
 
+# A teacher the messages suggest, from keras.applications (the paper's, a RegNetY-16GF, is not among
+# Keras 3's applications): a strong ImageNet classifier Keras downloads the weights of.
+TEACHER_EXAMPLE = "ConvNeXtTiny"
+
 
 def check_teacher(teacher, recipe):
     """A teacher given without a distilling recipe, or missing where one distils, refused before any
@@ -24,14 +28,14 @@ def check_teacher(teacher, recipe):
                         Named("distillation_type", "soft"), ", or leave ", Named("teacher"), " out"], usage=True)
     if recipe.distillation_type != "none" and teacher is None:
         raise RunError("teacher", None, ["needed by ", Named("distillation_type", recipe.distillation_type)],
-                       ["give a .keras model or a keras.applications name, e.g. ", Named("teacher", "RegNetY160")],
+                       ["give a .keras model or a keras.applications name, e.g. ", Named("teacher", TEACHER_EXAMPLE)],
                        usage=True)
     if is_keras_file(teacher) and not os.path.isfile(teacher):
         raise RunError("teacher", os.fspath(teacher), "no such file",
-                       ["give a .keras model or a keras.applications name, e.g. ", Named("teacher", "RegNetY160")])
+                       ["give a .keras model or a keras.applications name, e.g. ", Named("teacher", TEACHER_EXAMPLE)])
     if isinstance(teacher, str) and not is_keras_file(teacher) and not hasattr(keras.applications, teacher):
         raise RunError("teacher", teacher, "neither a .keras file nor a keras.applications model",
-                       ["e.g. ", Named("teacher", "RegNetY160"), " or ", Named("teacher", "teacher.keras")], usage=True)
+                       ["e.g. ", Named("teacher", TEACHER_EXAMPLE), " or ", Named("teacher", "teacher.keras")], usage=True)
 
 
 def teacher_model(teacher, recipe, data, precision):
@@ -46,7 +50,14 @@ def teacher_model(teacher, recipe, data, precision):
         with about("teacher", teacher):
             model = read_keras_file(teacher, "teacher")
     else:
-        model = transfer.with_dtype_policy(getattr(keras.applications, teacher)(weights="imagenet"), precision)
+        try:
+            model = getattr(keras.applications, teacher)(weights="imagenet")
+        except Exception as error:  # Keras' download of the weights: "URL fetch failure on ..."
+            raise RunError("teacher", teacher, f"keras.applications.{teacher} could not load its ImageNet weights "
+                           f"({' '.join(str(error).split()) or type(error).__name__})",
+                           "Keras downloads them once into ~/.keras/models: build the model once where there is "
+                           "network, or give a .keras teacher") from error
+        model = transfer.with_dtype_policy(model, precision)
     check_classes(model, "teacher", given(teacher), data.spec, data.train, blamed="teacher",
                   advice="give a teacher trained on the same classes, in the same order")
     return model

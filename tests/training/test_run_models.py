@@ -58,3 +58,34 @@ def test_a_teacher_file_that_is_no_keras_model_is_refused_naming_teacher(tmp_pat
         run_models.teacher_model(str(path), RECIPES["deit"].replace(distillation_type="hard"), None, "float32")
     assert (raised.value.argument, raised.value.value) == ("teacher", str(path))
     assert "not a .keras model" in str(raised.value)
+
+
+def test_the_teacher_the_messages_suggest_is_one_the_run_takes():
+    """They suggested teacher='RegNetY160', which Keras 3's applications do not have: the same check then
+    refused it as 'neither a .keras file nor a keras.applications model'."""
+    import re
+
+    distilling = RECIPES["deit"].replace(distillation_type="hard")
+    with pytest.raises(RunError) as raised:
+        run_models.check_teacher(None, distilling)
+    suggested = re.search(r"teacher='(\w+)'", str(raised.value)).group(1)
+    run_models.check_teacher(suggested, distilling)  # taken
+    assert callable(getattr(keras.applications, suggested))
+
+
+def test_a_keras_applications_teacher_whose_weights_cannot_download_is_refused_naming_teacher(monkeypatch):
+    """Offline, Keras' own `Exception: URL fetch failure on https://storage.googleapis.com/...` reached the
+    caller bare."""
+    def offline(weights):
+        raise Exception("URL fetch failure on https://storage.googleapis.com/x.h5: None -- [Errno -2] Name or "
+                        "service not known")
+
+    monkeypatch.setattr(keras.applications, "ConvNeXtTiny", offline)
+    with pytest.raises(RunError) as raised:
+        run_models.teacher_model("ConvNeXtTiny", RECIPES["deit"].replace(distillation_type="hard"), None, "float32")
+    assert (raised.value.argument, raised.value.value) == ("teacher", "ConvNeXtTiny")
+    assert str(raised.value) == (
+        "teacher='ConvNeXtTiny': keras.applications.ConvNeXtTiny could not load its ImageNet weights (URL fetch "
+        "failure on https://storage.googleapis.com/x.h5: None -- [Errno -2] Name or service not known); Keras "
+        "downloads them once into ~/.keras/models: build the model once where there is network, or give a "
+        ".keras teacher")
