@@ -81,8 +81,17 @@ FLAGS = {
 }
 
 
+# Arguments of the library that the command line has no flag for: what the command line does for
+# `argument=True`.
+NO_FLAG = {
+    "fit_batch_to_data": "leave --batch-size out",  # the command lowers a batch not typed
+}
+
+
 def flag(argument):
-    """The flag of the library's `argument`: `val_fraction` -> `--val-fraction` (`FLAGS`)."""
+    """The flag of the library's `argument`: `val_fraction` -> `--val-fraction` (`FLAGS`); a
+    recipe's knob, `recipe.batch_size`, is its own flag, `--batch-size`."""
+    argument = argument.removeprefix("recipe.")
     return FLAGS[argument] if argument in FLAGS else "--" + argument.replace("_", "-")
 
 
@@ -107,13 +116,15 @@ def flag_name(named, typed=None):
     `--jit`/`--no-jit` for booleans, `--weights PATH` for a placeholder. `typed`: {argument:
     (value, text)}, the words typed for a value the command turned into another (a --class-names
     FILE into its list of names)."""
-    word = flag(named.argument)
+    if named.argument in NO_FLAG and named.has_value and named.value is True:
+        return NO_FLAG[named.argument]
+    word, argument = flag(named.argument), named.argument.removeprefix("recipe.")
     if named.shown is not None:
         text = named.shown
     elif not named.has_value:
         return word or named.argument.upper()
-    elif typed and named.argument in typed and _same(typed[named.argument][0], named.value):
-        text = typed[named.argument][1]
+    elif typed and argument in typed and _same(typed[argument][0], named.value):
+        text = typed[argument][1]
     elif isinstance(named.value, bool) and word:
         return word if named.value else "--no-" + word[2:]
     else:

@@ -145,6 +145,12 @@ def flag(name):
     return "--" + name.replace("_", "-")
 
 
+def in_recipe(name, *value, **named):
+    """A knob inside a run's error, a `Named` part: `recipe.batch_size=8` from Python (a field of
+    the run's `recipe`), `--batch-size 8` on the command line, where each knob is a flag."""
+    return Named(f"recipe.{name}", *value, **named)
+
+
 def out_of_range(field, value, example=None):
     """What is wrong with `value` for the knob `field`: `(problem, allowed)`, e.g. ('must be at
     least 0', ['e.g. ', Named('lr', 0.05)]) (the example: `example`, else DeiT's value); () if nothing."""

@@ -10,6 +10,7 @@ from keras_cait.models.architecture import build_cait, class_count, with_class_n
 from keras_cait.models.loader import image_side, is_keras_file, load_classifier, read_keras_file
 from keras_cait.training import transfer
 from keras_cait.training.distillation import Distiller
+from keras_cait.training.knobs import in_recipe
 from keras_cait.training.run_data import given
 from keras_cait.training.run_errors import RunError, about
 
@@ -22,12 +23,12 @@ def check_teacher(teacher, recipe):
     """A teacher given without a distilling recipe, or missing where one distils, refused before any
     data are read."""
     if recipe.distillation_type == "none" and teacher is not None:
-        raise RunError("teacher", given(teacher), ["given, but ", Named("distillation_type", "none"),
+        raise RunError("teacher", given(teacher), ["given, but ", in_recipe("distillation_type", "none"),
                                                    " distils from no teacher"],
-                       ["give ", Named("distillation_type", "hard"), " (the paper's) or ",
-                        Named("distillation_type", "soft"), ", or leave ", Named("teacher"), " out"], usage=True)
+                       ["give ", in_recipe("distillation_type", "hard"), " (the paper's) or ",
+                        in_recipe("distillation_type", "soft"), ", or leave ", Named("teacher"), " out"], usage=True)
     if recipe.distillation_type != "none" and teacher is None:
-        raise RunError("teacher", None, ["needed by ", Named("distillation_type", recipe.distillation_type)],
+        raise RunError("teacher", None, ["needed by ", in_recipe("distillation_type", recipe.distillation_type)],
                        ["give a .keras model or a keras.applications name, e.g. ", Named("teacher", TEACHER_EXAMPLE)],
                        usage=True)
     if is_keras_file(teacher) and not os.path.isfile(teacher):

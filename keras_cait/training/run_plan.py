@@ -7,6 +7,7 @@ import keras
 
 from keras_cait.errors import Named
 from keras_cait.training import distribute, stream
+from keras_cait.training.knobs import in_recipe
 from keras_cait.training.recipe import RECIPES, Recipe
 from keras_cait.training.run_errors import RunError, about
 
@@ -55,15 +56,16 @@ def checked_recipe(recipe, default):
 def check_recipe(recipe, teacher, command):
     """What the recipe and the run's arguments cannot do together, refused before any data are read."""
     if command == "finetune" and recipe.epochs == 0 and recipe.head_epochs == 0:
-        raise RunError("epochs", 0, ["nothing to train, with ", Named("head_epochs", 0)],
-                       ["give ", Named("epochs"), " or ", Named("head_epochs"), " of at least 1"], usage=True)
+        raise RunError("recipe.epochs", 0, ["nothing to train, with ", in_recipe("head_epochs", 0)],
+                       ["give ", in_recipe("epochs"), " or ", in_recipe("head_epochs"), " of at least 1"], usage=True)
     if command == "train" and recipe.epochs == 0:
-        raise RunError("epochs", 0, "nothing to train", ["give ", Named("epochs", 1), " or more"], usage=True)
+        raise RunError("recipe.epochs", 0, "nothing to train", ["give ", in_recipe("epochs", 1), " or more"],
+                       usage=True)
     if recipe.epochs and not 0 <= recipe.warmup_epochs < recipe.epochs:
-        raise RunError("warmup_epochs", recipe.warmup_epochs,
-                       ["the warmup must be shorter than the run of ", Named("epochs", recipe.epochs)],
-                       ["give ", Named("epochs", int(recipe.warmup_epochs) + 1), " or more, or ",
-                        Named("warmup_epochs", max(0, recipe.epochs - 1)), " or less"], usage=True)
+        raise RunError("recipe.warmup_epochs", recipe.warmup_epochs,
+                       ["the warmup must be shorter than the run of ", in_recipe("epochs", recipe.epochs)],
+                       ["give ", in_recipe("epochs", int(recipe.warmup_epochs) + 1), " or more, or ",
+                        in_recipe("warmup_epochs", max(0, recipe.epochs - 1)), " or less"], usage=True)
 
 
 def distribution(strategy):
@@ -85,9 +87,10 @@ class Plan:
         if global_batch > data.train.num_examples:
             fits = _batch_that_fits(distribution, data)
             raise RunError(
-                "batch_size", recipe.batch_size,
+                "recipe.batch_size", recipe.batch_size,
                 f"the global batch of {global_batch} is larger than the {data.train.num_examples} training images "
-                f"of {data.spec!r}", ["give ", Named("batch_size", fits), " or less, or more images"], usage=True)
+                f"of {data.spec!r}", ["give ", in_recipe("batch_size", fits), " or less, or more images, or ",
+                                      Named("fit_batch_to_data", True), " to have it lowered"], usage=True)
         return cls(global_batch, stream.steps_per_epoch(data.train, global_batch))
 
 

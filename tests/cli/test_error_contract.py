@@ -156,7 +156,7 @@ ROWS = {
     "train/output-dir-is-a-file": row("train --data {digits} --output-dir {afile}", FAILURE,
                                       "--output-dir {afile}", "not a folder"),
     "train/batch-larger-than-data": row(TRAIN + " --batch-size 64", USAGE, "--batch-size 64", "4 training images",
-                                        reads="data"),
+                                        "give --batch-size 4 or less", "leave --batch-size out", reads="data"),
     "train/tfrecords-without-class-names": row("train --data tfrecord:{tmp}/*.tfrecord --output-dir {tmp}/run",
                                                USAGE, "tfrecord:{tmp}/*.tfrecord", "--class-names"),
     "train/missing-class-names": row("train --data tfrecord:{tmp}/x --class-names {tmp}/names.txt "
@@ -186,7 +186,7 @@ ROWS = {
     "finetune/missing-data": row("finetune --data {tmp}/missing --output-dir {tmp}/run", FAILURE,
                                  "--data {tmp}/missing"),
     "finetune/batch-larger-than-data": row(FINETUNE + " --batch-size 8 --val-fraction 0", USAGE,
-                                           "--batch-size 8", reads="data"),
+                                           "--batch-size 8", "leave --batch-size out", reads="data"),
     "finetune/keras-model-not-a-cait": row(FINETUNE + " --model {notcait}", FAILURE, "--model {notcait}",
                                            "not a CaiT", "variant", reads="data model"),
     "finetune/keras-model-not-of-images": row(FINETUNE + " --model {dense}", FAILURE, "--model {dense}",

@@ -111,10 +111,13 @@ def test_a_python_finetune_returns_the_model_with_its_classes_and_a_summary(
 
 
 @pytest.mark.parametrize("changes, argument, words", [
-    (dict(batch_size=64), "batch_size", "batch_size=64: the global batch of 64 is larger than the 30 training images"),
-    (dict(epochs=3, warmup_epochs=5.0), "warmup_epochs", "warmup_epochs=5.0: the warmup must be shorter than the run "
-                                                         "of epochs=3; give epochs=6 or more, or warmup_epochs=2 or less"),
-    (dict(epochs=0, head_epochs=0), "epochs", "nothing to train"),
+    (dict(batch_size=64), "recipe.batch_size", "recipe.batch_size=64: the global batch of 64 is larger than the 30 "
+                                               "training images"),
+    (dict(epochs=3, warmup_epochs=5.0), "recipe.warmup_epochs",
+     "recipe.warmup_epochs=5.0: the warmup must be shorter than the run of recipe.epochs=3; give recipe.epochs=6 or "
+     "more, or recipe.warmup_epochs=2 or less"),
+    (dict(epochs=0, head_epochs=0), "recipe.epochs", "recipe.epochs=0: nothing to train, with recipe.head_epochs=0; "
+                                                     "give recipe.epochs or recipe.head_epochs of at least 1"),
 ])
 def test_a_run_that_cannot_work_raises_run_error_naming_the_argument_and_writes_nothing(
         tiny_run, tmp_path, changes, argument, words, policy):
@@ -309,9 +312,17 @@ def test_a_run_given_no_recipe_lowers_its_batch_to_a_small_folder_and_a_recipe_g
         getattr(run, command)("XXS24", data_dir, tmp_path / "run", verbose=0, **arguments)
     assert (f"Batch {recipe.batch_size} per replica is more than the 9 training images fill: batch 9 instead"
             in capsys.readouterr().out)
-    with pytest.raises(run.RunError, match=f"batch_size={recipe.batch_size}: the global batch of "
-                                           f"{recipe.batch_size} is larger than the 9 training images"):
+    with pytest.raises(run.RunError) as raised:
         getattr(run, command)("XXS24", data_dir, tmp_path / "again", recipe=recipe, verbose=0, **arguments)
+    # In Python's words: the batch is the recipe's, and the run's own argument lowers it.
+    assert str(raised.value) == (
+        f"recipe.batch_size={recipe.batch_size}: the global batch of {recipe.batch_size} is larger than the 9 "
+        f"training images of {os.fspath(data_dir)!r}; give recipe.batch_size=9 or less, or more images, or "
+        f"fit_batch_to_data=True to have it lowered")
+    assert not (tmp_path / "again").exists()
+    with pytest.raises(AssertionError, match="was reached"):  # the advice followed: the run goes on
+        getattr(run, command)("XXS24", data_dir, tmp_path / "fitted", recipe=recipe, verbose=0,
+                              fit_batch_to_data=True, **arguments)
 
 
 @pytest.mark.parametrize("command", ["train", "finetune"])
@@ -322,7 +333,7 @@ def test_a_recipe_is_given_as_a_recipe_or_its_name_and_anything_else_is_refused_
     arguments = dict(weights=None, val_fraction=0) if command == "finetune" else {}
     for name in ("scratch", "deit"):  # by name: RECIPES[name] itself, its batch (32, 64) kept as a recipe given
         batch = RECIPES[name].batch_size
-        with pytest.raises(run.RunError, match=f"batch_size={batch}: the global batch of {batch} is larger"):
+        with pytest.raises(run.RunError, match=f"recipe.batch_size={batch}: the global batch of {batch} is larger"):
             getattr(run, command)("XXS24", data_dir, tmp_path / name, recipe=name, verbose=0, **arguments)
     for wrong, problem in (("deitt", "no recipe of that name"), (42, "neither a Recipe nor a recipe's name")):
         with pytest.raises(run.RunError) as raised:
