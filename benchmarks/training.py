@@ -401,10 +401,10 @@ def _half_residual_stream():
     compute dtype too (keras_cait keeps them float32 under a mixed policy, as timm's AMP does)."""
     import keras
 
-    from keras_cait.models import architecture as model
+    from keras_cait.models import blocks, precision
 
-    model.float32_if_mixed = lambda policy: keras.dtype_policies.get(policy).name
-    model._ResidualBlock.input_dtype = property(lambda block: block.dtype_policy.compute_dtype)
+    precision.float32_if_mixed = lambda policy: keras.dtype_policies.get(policy).name
+    blocks._ResidualBlock.input_dtype = property(lambda block: block.dtype_policy.compute_dtype)
 
 
 def _cancelled_bias_computed():

@@ -32,13 +32,21 @@ MOVED = {
 }
 
 
-# Names that moved out of a module that stays: {old module: (new module, names)}. The old module's
+# Names that moved out of a module that stays: {(old module, new module): names}. The old module's
 # `__getattr__ = moved_names(__name__)` keeps each readable there, with a DeprecationWarning.
 MOVED_NAMES = {
-    "keras_cait.training.sources": ("keras_cait.training.image_checks", (
+    ("keras_cait.training.sources", "keras_cait.training.image_checks"): (
         "BAD_IMAGES_SEARCHED", "BAD_IMAGES_SHOWN", "CHECK_DECODES_AT_LEAST", "CHECK_SECONDS", "PASSES", "ImageCheck",
         "Undecodable", "check_images", "find_undecodable", "is_decode_error", "undecodable_error",
-        "undecodable_message", "undecodable_named")),
+        "undecodable_message", "undecodable_named"),
+    ("keras_cait.models.architecture", "keras_cait.models.blocks"): (
+        "LAYER_NORM_EPSILON", "SelfAttentionBlock", "ClassAttentionBlock", "float32_gelu"),
+    ("keras_cait.models.architecture", "keras_cait.models.precision"): (
+        "FLOAT32_UNDER_MIXED", "is_mixed", "float32_if_mixed", "layer_dtype", "has_dtype_policy"),
+    ("keras_cait.models.architecture", "keras_cait.models.inputs"): (
+        "channels_last_shape", "image_shape", "check_input_shape", "checked_image_size", "check_images"),
+    ("keras_cait.models.architecture", "keras_cait.models.class_names"): (
+        "class_count", "checked_class_names", "class_names_of"),
 }
 
 
@@ -78,16 +86,16 @@ def module_attribute(package, name):
 
 
 def moved_names(module):
-    """The `__getattr__` of `module`, a row of `MOVED_NAMES`: a moved name read from it warns and
-    gives the new module's object (the same one, so a monkeypatch must go to the new module)."""
-    new_module, names = MOVED_NAMES[module]
+    """The `__getattr__` of `module`, an old module of `MOVED_NAMES`: a moved name read from it warns
+    and gives the new module's object (the same one, so a monkeypatch must go to the new module)."""
+    moved = {name: new for (old, new), names in MOVED_NAMES.items() if old == module for name in names}
 
     def __getattr__(name):
-        if name not in names:
+        if name not in moved:
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
-        warnings.warn(f"{module}.{name} moved to {new_module}; import it from there (the old path goes in the next "
+        warnings.warn(f"{module}.{name} moved to {moved[name]}; import it from there (the old path goes in the next "
                       "release).", DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module(new_module), name)
+        return getattr(importlib.import_module(moved[name]), name)
 
     return __getattr__
 

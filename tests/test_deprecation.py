@@ -58,7 +58,7 @@ def test_every_name_moved_out_of_a_module_reads_there_with_a_deprecation_warning
 
     from keras_cait.deprecation import MOVED_NAMES
 
-    for old, (new, names) in MOVED_NAMES.items():
+    for (old, new), names in MOVED_NAMES.items():
         module, destination = importlib.import_module(old), importlib.import_module(new)
         for name in names:
             with warnings.catch_warnings(record=True) as caught:

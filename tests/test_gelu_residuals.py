@@ -15,7 +15,7 @@ REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = """
 import contextlib, io, json
 import jax, jax.numpy as jnp, keras, numpy as np
-from keras_cait.models import architecture as cait
+from keras_cait.models import blocks as cait
 
 keras.mixed_precision.set_global_policy("mixed_bfloat16")
 rng = np.random.default_rng(0)

@@ -12,7 +12,7 @@ from keras_cait.layers import (
     StochasticDepth,
     TalkingHeadsAttention,
 )
-from keras_cait.models.architecture import ClassAttentionBlock, SelfAttentionBlock
+from keras_cait.models.blocks import ClassAttentionBlock, SelfAttentionBlock
 from keras_cait.training import MixupCutmix, RandomResizedCrop
 from tests.conftest import TINY_CAIT, TINY_SIZE
 from tests.harness import run_layer_test, run_model_test

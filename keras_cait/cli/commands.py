@@ -36,7 +36,6 @@ from keras_cait.export.formats import (
     listed,
     quantization_modes,
 )
-
 from keras_cait.models.variants import IMAGENET_CLASSES, default_image_size, parse_model_name
 from keras_cait.weights import WEIGHT_FILES
 
@@ -93,9 +92,9 @@ def _square_side(model, model_name):
 
 
 def _classes(model, model_name):
-    """The class count of a classifier (`keras_cait.models.architecture.class_count`); a model without class
+    """The class count of a classifier (`keras_cait.models.class_names.class_count`); a model without class
     scores is refused."""
-    from keras_cait.models.architecture import class_count
+    from keras_cait.models.class_names import class_count
 
     try:
         return class_count(model)
@@ -120,7 +119,7 @@ def _load_image(path, side):
 def predict(args):
     import numpy as np
 
-    from keras_cait.models.architecture import class_names_of
+    from keras_cait.models.class_names import class_names_of
 
     _check_model_argument(args, "--top")
     check_range("--top", args.top, 1, example=5)
@@ -236,7 +235,7 @@ def _serving_class_names(model, args, names):
     """The names of a SavedModel's top_k_classes output: --class-names FILE's (`names`), checked
     against the model's classes, else None for the model's own (or ImageNet's); a model that has
     none is refused naming the flag."""
-    from keras_cait.models.architecture import checked_class_names, class_names_of
+    from keras_cait.models.class_names import checked_class_names, class_names_of
 
     classes = _classes(model, args.model)
     if names is None:

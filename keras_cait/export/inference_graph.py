@@ -45,7 +45,8 @@ import numpy as np
 import tensorflow as tf
 
 from keras_cait.layers import ClassToken, PatchEmbedding, PositionEmbedding
-from keras_cait.models.architecture import LAYER_NORM_EPSILON, ClassAttentionBlock, SelfAttentionBlock, has_dtype_policy
+from keras_cait.models.blocks import LAYER_NORM_EPSILON, ClassAttentionBlock, SelfAttentionBlock
+from keras_cait.models.precision import has_dtype_policy
 
 
 def folds(model, any_policy=False):

@@ -49,7 +49,7 @@ from keras_cait.images.evaluation_transform import (
     has_image_signature,
 )
 from keras_cait.io.atomic import written_atomically
-from keras_cait.models.architecture import checked_class_names, class_count, class_names_of
+from keras_cait.models.class_names import checked_class_names, class_count, class_names_of
 
 
 @renamed_keywords(precision="compute_dtype")

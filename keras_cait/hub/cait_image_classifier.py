@@ -6,7 +6,8 @@ import keras_hub
 from keras_cait.hub import presets
 from keras_cait.hub.cait_backbone import CaiTBackbone
 from keras_cait.hub.cait_image_classifier_preprocessor import CaiTImageClassifierPreprocessor
-from keras_cait.models.architecture import classifier_head, float32_if_mixed
+from keras_cait.models.architecture import classifier_head
+from keras_cait.models.precision import float32_if_mixed
 
 POOLING_MODES = ("token", "avg")
 

@@ -28,7 +28,8 @@ import keras
 import numpy as np
 
 from keras_cait.layers import PositionEmbedding
-from keras_cait.models.architecture import ClassAttentionBlock, SelfAttentionBlock, check_images
+from keras_cait.models.blocks import ClassAttentionBlock, SelfAttentionBlock
+from keras_cait.models.inputs import check_images
 
 # model -> {self-attention block indices: the attention model}. Weak keys: the
 # cache does not keep a deleted model (and its weights) alive.

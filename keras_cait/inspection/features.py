@@ -27,7 +27,7 @@ import keras
 import numpy as np
 
 from keras_cait.layers import PositionEmbedding
-from keras_cait.models.architecture import SelfAttentionBlock
+from keras_cait.models.blocks import SelfAttentionBlock
 
 OUTPUT_FORMATS = ("NLC", "NHWC")
 

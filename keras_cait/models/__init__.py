@@ -1,7 +1,11 @@
 """The CaiT models: the architecture, the variants of the paper, and surgery on a built model.
 
-    architecture   the two kinds of block, `build_cait`, `CaiTModel` (a classifier that checks its
-                   images and carries its class names) and the dtype rule of mixed precision
+    architecture   `build_cait` and `CaiTModel` (a classifier that checks its images and carries its
+                   class names)
+    blocks         the two kinds of block: self-attention (talking heads) and class attention
+    precision      which layers stay float32 under a mixed policy (`layer_dtype`)
+    inputs         the input shape in either data format and the image check (`check_images`)
+    class_names    a classifier's class count and names
     variants       `VARIANTS` (the paper's Table 3), `cait(name)` and the `CaiT_*` constructors
     surgery        `with_new_head`, `set_backbone_trainable`, `at_resolution`, `with_dtype_policy`,
                    `with_drop_path_rate`, `merge_lora`: a model in, a model out, nothing trained
@@ -15,27 +19,18 @@ Example:
     model = with_new_head(load_classifier("best.keras"), classes=3)
 """
 
-from keras_cait.models.architecture import (
-    HEAD_NAME,
-    CaiTModel,
-    ClassAttentionBlock,
-    SelfAttentionBlock,
-    build_cait,
-    class_count,
-    class_names_of,
-    float32_if_mixed,
-    has_dtype_policy,
-    layer_dtype,
-    with_class_names,
-)
+from keras_cait.models.architecture import HEAD_NAME, CaiTModel, build_cait, with_class_names
+from keras_cait.models.blocks import ClassAttentionBlock, SelfAttentionBlock
+from keras_cait.models.class_names import class_count, class_names_of
 from keras_cait.models.loader import image_side, is_cait, load_classifier, read_keras_file
+from keras_cait.models.precision import float32_if_mixed, has_dtype_policy, layer_dtype
 from keras_cait.models.surgery import (
     at_resolution,
     merge_lora,
     pooled_features,
     set_backbone_trainable,
-    with_dtype_policy,
     with_drop_path_rate,
+    with_dtype_policy,
     with_new_head,
 )
 from keras_cait.models.variants import (

@@ -31,9 +31,17 @@ import keras
 
 from keras_cait.errors import ArgumentError, Named
 from keras_cait.layers import PatchEmbedding
-from keras_cait.models.architecture import POOLING_MODES, CaiTModel, ClassAttentionBlock, checked_image_size, class_count
+from keras_cait.models.architecture import POOLING_MODES, CaiTModel
+from keras_cait.models.blocks import ClassAttentionBlock
+from keras_cait.models.class_names import class_count
+from keras_cait.models.inputs import checked_image_size
 from keras_cait.models.surgery import (
-    FEATURE_LAYERS, at_resolution, pooled_features, with_dtype_policy, with_drop_path_rate, with_new_head,
+    FEATURE_LAYERS,
+    at_resolution,
+    pooled_features,
+    with_drop_path_rate,
+    with_dtype_policy,
+    with_new_head,
 )
 from keras_cait.models.variants import IMAGENET_CLASSES, cait, checked_weights, default_image_size, parse_model_name
 

@@ -1,6 +1,6 @@
 """The image check at run time, for TensorFlow graphs whose static shape leaves it open.
 
-`keras_cait.models.architecture.check_images` reads static shapes and adds no op. A
+`keras_cait.models.inputs.check_images` reads static shapes and adds no op. A
 `tf.data` pipeline built with `from_generator` and a spec such as
 `(None, None, None, 3)` traces the model with height and width unknown, so the
 static check cannot see a 16×64 image sent to a 32×32 model (same number of

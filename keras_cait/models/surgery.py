@@ -12,10 +12,10 @@ import keras
 from keras_cait.errors import ArgumentError, Named
 from keras_cait.layers import PatchEmbedding, PositionEmbedding
 from keras_cait.layers.position_embedding import resize_position_embedding
-from keras_cait.models.architecture import (
-    HEAD_NAME, CaiTModel, SelfAttentionBlock, checked_image_size, classifier_head, has_dtype_policy, layer_dtype,
-    with_class_names,
-)
+from keras_cait.models.architecture import HEAD_NAME, CaiTModel, classifier_head, with_class_names
+from keras_cait.models.blocks import SelfAttentionBlock
+from keras_cait.models.inputs import checked_image_size
+from keras_cait.models.precision import has_dtype_policy, layer_dtype
 
 FEATURE_LAYERS = ("token_pool", "avg_pool")
 

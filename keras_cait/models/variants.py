@@ -14,7 +14,8 @@ import os
 import re
 
 from keras_cait.errors import ArgumentError, Named
-from keras_cait.models.architecture import build_cait, channels_last_shape, image_shape
+from keras_cait.models.architecture import build_cait
+from keras_cait.models.inputs import channels_last_shape, image_shape
 from keras_cait.weights import CHECKPOINTS, WEIGHT_FILES, load_imagenet_weights, load_weights_file
 from keras_cait.weights.download import IMAGENET_CLASSES  # the classes of every released head
 

@@ -48,7 +48,8 @@ from keras_cait.errors import Named, counted, say
 from keras_cait.images.decoder_messages import decoder_messages_dropped
 from keras_cait.images.evaluation_transform import check_crop_pct
 from keras_cait.io.atomic import written_atomically
-from keras_cait.models.architecture import checked_image_size, with_class_names
+from keras_cait.models.architecture import with_class_names
+from keras_cait.models.inputs import checked_image_size
 from keras_cait.models.loader import is_keras_file
 from keras_cait.models.variants import checked_weights, default_image_size
 from keras_cait.training import (

@@ -6,7 +6,8 @@ import os
 import keras
 
 from keras_cait.errors import Named, listed
-from keras_cait.models.architecture import build_cait, class_count, with_class_names
+from keras_cait.models.architecture import build_cait, with_class_names
+from keras_cait.models.class_names import class_count
 from keras_cait.models.loader import image_side, is_keras_file, load_classifier, read_keras_file
 from keras_cait.training import transfer
 from keras_cait.training.distillation import Distiller

@@ -15,7 +15,8 @@ from tensorflow.core.protobuf import saved_model_pb2
 from keras_cait.cli.errors import UserError
 from keras_cait.export import export_saved_model
 from keras_cait.export.core import inference_form
-from keras_cait.models.architecture import SelfAttentionBlock, build_cait
+from keras_cait.models.architecture import build_cait
+from keras_cait.models.blocks import SelfAttentionBlock
 from tests.export.helpers import SIDE, encode, photo, small_model
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -14,7 +14,8 @@ import pytest
 from keras_cait.inspection import attention
 from keras_cait.inspection.attention import attention_maps
 from keras_cait.layers import ClassAttention
-from keras_cait.models.architecture import ClassAttentionBlock, SelfAttentionBlock, build_cait
+from keras_cait.models.architecture import build_cait
+from keras_cait.models.blocks import ClassAttentionBlock, SelfAttentionBlock
 
 # A non-square patch grid (4 × 6) so that rows and columns cannot be confused.
 INPUT_SHAPE = (32, 48, 3)

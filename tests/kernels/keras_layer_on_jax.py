@@ -21,7 +21,7 @@ import numpy as np
 
 from keras_cait.kernels import talking_heads_pallas
 from keras_cait.layers import TalkingHeadsAttention
-from keras_cait.models.architecture import SelfAttentionBlock
+from keras_cait.models.blocks import SelfAttentionBlock
 from tests.layers.reference import randomize
 
 # (policy, batch, tokens, heads, head_dim); heads drawn at random once, then fixed.

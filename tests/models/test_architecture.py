@@ -9,7 +9,7 @@ import pytest
 from scipy.special import erf
 
 import keras_cait
-from keras_cait.models.architecture import ClassAttentionBlock, SelfAttentionBlock
+from keras_cait.models.blocks import ClassAttentionBlock, SelfAttentionBlock
 from tests.conftest import TINY_CAIT, TINY_SIZE
 from tests.layers.reference import randomize
 
@@ -185,6 +185,33 @@ def test_keras_file_round_trip_gives_identical_outputs(random_cait, tmp_path):
     assert loaded.get_layer("self_attention_block_1").stochastic_depth.rate == 0.1
 
 
+def test_a_keras_file_written_when_the_blocks_lived_in_architecture_loads_without_a_warning(random_cait, tmp_path):
+    """A .keras file names each layer's module; files written before the blocks and CaiTModel's pieces
+    moved out of `keras_cait.models.architecture` name that module, and load by the registered names."""
+    import json
+    import warnings
+    import zipfile
+
+    model = random_cait()
+    path = tmp_path / "cait.keras"
+    model.save(path)
+    with zipfile.ZipFile(path) as archive:
+        files = {name: archive.read(name) for name in archive.namelist()}
+    config = files["config.json"].decode()
+    assert '"keras_cait.models.blocks"' in config
+    files["config.json"] = config.replace('"keras_cait.models.blocks"', '"keras_cait.models.architecture"').encode()
+    old = tmp_path / "old.keras"
+    with zipfile.ZipFile(old, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    assert '"keras_cait.models.blocks"' not in json.dumps(json.loads(files["config.json"]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded = keras.models.load_model(old)
+    np.testing.assert_array_equal(loaded.predict(_images(), verbose=0), model.predict(_images(), verbose=0))
+    assert type(loaded.get_layer("self_attention_block_0")) is SelfAttentionBlock
+
+
 @pytest.mark.large
 def test_get_config_from_config_rebuilds_the_same_model(random_cait):
     model = random_cait()
@@ -345,7 +372,7 @@ def test_with_class_names_names_any_functional_classifier_in_place_or_over_its_l
 
 @pytest.mark.large
 def test_class_names_of_a_model_its_own_else_imagenet_s_for_1000_classes(tiny_cait):
-    from keras_cait.models.architecture import class_names_of
+    from keras_cait.models.class_names import class_names_of
     from keras_cait.preprocessing import imagenet_classes
 
     named = tiny_cait(classes=2)

@@ -127,7 +127,7 @@ def test_at_resolution_of_a_lora_model_says_to_merge_first(tiny_cait):
                                           ("top", "mixed_bfloat16"), ("avg", "mixed_float16")])
 def test_a_float32_model_rebuilt_under_a_mixed_policy_computes_as_one_built_under_it(tiny_cait, policy, kind,
                                                                                       tmp_path):
-    """Which layers stay float32 is decided once (`keras_cait.models.architecture.layer_dtype`): `build_cait`,
+    """Which layers stay float32 is decided once (`keras_cait.models.precision.layer_dtype`): `build_cait`,
     `with_new_head` and `with_dtype_policy` agree on every layer, and a model already under a policy
     is recognised as such (returned as it is)."""
     from keras_cait.training import with_dtype_policy

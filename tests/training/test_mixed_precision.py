@@ -105,7 +105,7 @@ def test_jit_compiled_training_and_inference_under_mixed_precision(policy, tiny_
 
 def _block_update(block_class, policy_name, stream, weights=None):
     """(block's output − its input) as float32, and the block's weights."""
-    from keras_cait.models.architecture import ClassAttentionBlock
+    from keras_cait.models.blocks import ClassAttentionBlock
 
     keras.mixed_precision.set_global_policy(policy_name)
     block = block_class(num_heads=4, init_values=1e-5)
@@ -131,7 +131,7 @@ def test_residual_stream_and_layer_scale_stay_float32_like_torch_autocast(half, 
     float32 although the branch's matmuls ran in half. A block at its 1e-5 LayerScale
     init adds an update ~1e-5 of the stream: in a half-precision stream it would vanish
     (bfloat16 keeps 8 bits), so most elements would come out unchanged."""
-    from keras_cait.models.architecture import ClassAttentionBlock, SelfAttentionBlock
+    from keras_cait.models.blocks import ClassAttentionBlock, SelfAttentionBlock
 
     block_class = SelfAttentionBlock if kind == "self_attention" else ClassAttentionBlock
     # std 0.5: a fresh model's stream after the patch embedding has std ~0.58

@@ -1,0 +1,46 @@
+"""The names of a classifier's classes: how many it scores, the names it carries and their check."""
+
+from keras_cait.preprocessing import imagenet_classes
+
+
+def class_count(model):
+    """The number of classes a classifier scores (its output is `(batch, classes)`); a ValueError
+    for any other model."""
+    shape = tuple(model.outputs[0].shape)
+    if len(shape) != 2:
+        raise ValueError(f"{model.name} outputs {shape}, not class scores (batch, classes); give a "
+                         "classifier: a model with its head (include_top=True).")
+    return shape[-1]
+
+
+def checked_class_names(names, model):
+    """`names` as a tuple of str, after checking there is one per class of `model`; None stays None."""
+    if names is None:
+        return None
+    if isinstance(names, str) or not all(isinstance(name, str) for name in names):
+        raise TypeError(f"class_names={names!r}: give a list of str, one name per class.")
+    names = tuple(names)
+    classes = class_count(model)
+    if len(names) != classes:
+        raise ValueError(f"class_names has {len(names)} names but {model.name} has {classes} "
+                         "classes; give one name per class, in the order of the outputs.")
+    if len(set(names)) != len(names):
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        raise ValueError(f"class_names repeats {repeated}: give each class its own name.")
+    return names
+
+
+def class_names_of(model, wordnet_ids=False):
+    """The names of a classifier's classes in index order, or None where they are unknown.
+
+    A model's own `class_names` (a `CaiTModel` fitted on a folder keeps them in
+    its `.keras` file) come first; a model of 1000 classes without them is taken
+    to be an ImageNet model and gets ImageNet's names ("tabby", or with
+    `wordnet_ids` "tabby (n02123159)").
+    """
+    names = getattr(model, "class_names", None)
+    if names is not None:
+        return list(names)
+    if class_count(model) == len(imagenet_classes()):
+        return [f"{name} ({wnid})" if wordnet_ids else name for wnid, name in imagenet_classes()]
+    return None
