@@ -40,6 +40,7 @@ import keras
 import tensorflow as tf
 
 from keras_cait.deprecation import renamed_keywords
+from keras_cait.errors import ArgumentError, Named
 from keras_cait.export.core import check_version_folder, inference_form, quantized, require_tensorflow_backend
 from keras_cait.export.inference_graph import InferenceGraph
 from keras_cait.images.evaluation_transform import (
@@ -98,6 +99,7 @@ def export_saved_model(
     require_tensorflow_backend("export_saved_model")
     height, width, classes = _classifier_shape(model)
     _check_takes_pixels(model)
+    check_version_folder(path, overwrite)  # the arguments in their order: the model, then the path
     names = _class_names(class_names, model)
     if from_logits is None:
         from_logits = _outputs_logits(model)
@@ -109,7 +111,6 @@ def export_saved_model(
     if compute_dtype != "float32" and quantization is not None:
         raise ValueError(f"compute_dtype={compute_dtype!r} with quantization={quantization!r}: choose one; bfloat16 "
                          "computes with float weights.")
-    check_version_folder(path, overwrite)
     forward = inference_form(quantized(model, path, quantization), compute_dtype=compute_dtype)
     # XLA compiles the forward pass alone: the strings of the outputs and of serving_bytes are no XLA types.
     compiled = tf.function(forward, jit_compile=True, autograph=False) if jit_compile else forward
@@ -272,12 +273,11 @@ def _class_names(class_names, model):
     names = class_names_of(model) if class_names is None else class_names
     if names is None:
         classes = class_count(model)
-        raise ValueError(
-            f"The model has {classes} classes and no class_names of its own; pass "
-            f"class_names=[...] ({classes} names in index order) for the top_k_classes output, "
-            "or name them: keras_cait.models.with_class_names(model, [...]). ImageNet names are only "
-            "known for 1000 classes."
-        )
+        raise ArgumentError(
+            "class_names", None, f"the model has {classes} classes and no names of its own (ImageNet's are known "
+            "for 1000 classes only), which the top_k_classes output lists",
+            ["give ", Named("class_names", shown="[...]"), f" ({classes} names in index order), or name the model's "
+             "classes: keras_cait.models.with_class_names(model, [...])"], usage=True)
     return list(checked_class_names(names, model))
 
 

@@ -225,8 +225,17 @@ def test_a_mixed_precision_model_serves_float32(policy, images, tmp_path):
 
 def test_class_names_must_match_the_classes(tmp_path):
     model = small_model(classes=10)
-    with pytest.raises(ValueError, match="pass class_names"):
+    with pytest.raises(ValueError) as raised:
         export_saved_model(model, tmp_path / "1")
+    assert (raised.value.argument, raised.value.value) == ("class_names", None)
+    assert str(raised.value) == (
+        "class_names=None: the model has 10 classes and no names of its own (ImageNet's are known for 1000 classes "
+        "only), which the top_k_classes output lists; give class_names=[...] (10 names in index order), or name the "
+        "model's classes: keras_cait.models.with_class_names(model, [...])")
+    # The arguments in their order: a path that is no version folder is what is said first.
+    with pytest.raises(ValueError) as raised:
+        export_saved_model(model, tmp_path / "model.pt")
+    assert raised.value.argument == "path"
     with pytest.raises(ValueError, match="has 3 names but .* has 10 classes"):
         export_saved_model(model, tmp_path / "1", class_names=["a", "b", "c"])
     with pytest.raises(ValueError, match="top_k=11"):
