@@ -47,6 +47,16 @@ def test_training_and_the_exporters_load_on_first_use():
     assert {"keras_cait.training", "keras_cait.training.optimizer", "keras_cait.export"} <= modules
 
 
+
+@pytest.mark.large
+def test_the_runs_load_when_first_read_as_the_readme_calls_them():
+    """README: `from keras_cait import training` ... `training.run.finetune(...)`; the runs (tf.data)
+    load then, not with `keras_cait.training`."""
+    modules = loaded_modules("from keras_cait import training\n"
+                             "assert 'keras_cait.training.run' not in sys.modules\n"
+                             "assert callable(training.run.finetune)", "tensorflow")
+    assert "keras_cait.training.run" in modules
+
 # The private imports that have no public counterpart, by file, each with its reason.
 PRIVATE_WITHOUT_PUBLIC = {
     # TensorFlow exports enable_op_determinism alone: a run puts the caller's setting back (off) with

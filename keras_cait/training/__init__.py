@@ -23,6 +23,8 @@ finetune | evaluate` call; it reads data with tf.data, so it is imported on its 
     distribute                MirroredStrategy / MultiWorkerMirroredStrategy / DataParallel
 """
 
+import importlib
+
 from keras_cait.training import augment, distillation, distribute, lora, recipe, resume, schedule, transfer
 from keras_cait.training.augment import Augmentation, rand_augment, random_erasing
 from keras_cait.training.distillation import Distiller
@@ -65,3 +67,11 @@ __all__ = [
     "with_dtype_policy",
     "with_new_head",
 ]
+
+
+def __getattr__(name):
+    # The runs read data with tf.data: imported when first read (`training.run.finetune(...)`), not
+    # with the pieces above, which a `model.fit` of one's own uses without them.
+    if name == "run":
+        return importlib.import_module("keras_cait.training.run")
+    raise AttributeError(f"module 'keras_cait.training' has no attribute {name!r}")
