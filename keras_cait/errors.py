@@ -5,6 +5,7 @@
     Said             the same for an error of another kind (a download's ConnectionError) that names one
     say, speaking    a line the library prints as it works that names an argument, and the spelling
                      its `Named` parts take (Python's unless a caller such as the command line says)
+    quietly_caused   an error that rewrites another, raised without the other's traceback
     ExtraMissing     an ImportError naming the optional extra that installs what is missing
     require_extra    imports a module of an optional extra, or raises `ExtraMissing`
     listed           a list shortened for a message: `a, b, c and 4 more`
@@ -180,6 +181,13 @@ class ExtraMissing(ModuleNotFoundError):
         self.needed_by, self.module, self.extra = needed_by, module, extra
         super().__init__(f"{needed_by} needs {module}, which is not installed; "
                          f'pip install "keras-cait[{extra}]"', name=module)
+
+
+def quietly_caused(error, cause):
+    """`error`, to be raised `from None`, keeping `cause` (the error it rewrites, whose text it already
+    says) as `error.cause`: a notebook shows one traceback, not the same message twice."""
+    error.cause = cause
+    return error
 
 
 def require_extra(needed_by, extra, *modules):

@@ -346,9 +346,10 @@ def _as_flags(run_command):
             with speaking(functools.partial(flag_name, typed=_typed(args))):
                 return run_command(args)
         except run.RunError as error:
-            if error.argument == "weights" and isinstance(error.__cause__, (OSError, ImportError)):
+            cause = getattr(error, "cause", None)
+            if error.argument == "weights" and isinstance(cause, (OSError, ImportError)):
                 with weights_errors(error.value):
-                    raise error.__cause__ from None
+                    raise cause from None
             raise from_library(error, _typed(args)) from error
         except (ArgumentError, resume.BackupError) as error:
             raise from_library(error, _typed(args)) from error

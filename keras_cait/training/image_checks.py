@@ -17,7 +17,7 @@ import os
 import re
 import time
 
-from keras_cait.errors import ArgumentError, Named, listed, python_name
+from keras_cait.errors import ArgumentError, Named, listed, python_name, quietly_caused
 from keras_cait.images.decoder_messages import decoder_messages_dropped
 from keras_cait.images.evaluation_transform import (
     HEADER_BYTES,
@@ -404,7 +404,7 @@ def undecodable_named(named, error_type=ArgumentError):
             found = None
         if found is None:
             raise
-        raise undecodable_error(*found, error_type=error_type) from error
+        raise quietly_caused(undecodable_error(*found, error_type=error_type), error) from None
 
 
 def _search(named):

@@ -11,7 +11,7 @@ import zipfile
 import keras
 import numpy as np
 
-from keras_cait.errors import Named, Said, listed, spoken
+from keras_cait.errors import Named, Said, listed, quietly_caused, spoken
 from keras_cait.io import atomic
 
 _POINTER = "latest.json"
@@ -89,8 +89,8 @@ class RunRecord:
         except FileNotFoundError:
             saved = None
         except (OSError, ValueError) as error:
-            raise BackupError(f"{path} is unreadable ({error}); delete it to start the run over, or give "
-                              "another ", Named("output_dir"), ".") from error
+            raise quietly_caused(BackupError(f"{path} is unreadable ({error}); delete it to start the run over, or "
+                                             "give another ", Named("output_dir"), "."), error) from None
         if saved is not None and not saved.get("finished") and not os.path.isdir(
                 os.path.join(output_dir, "backup")):
             # Started, but nothing trained that a rerun would lose (refused or stopped before its
@@ -142,8 +142,8 @@ def _recipe_differences(output_dir, recipe):
     except FileNotFoundError:
         return [f"{path} missing"]
     except (OSError, ValueError, TypeError) as error:
-        raise BackupError(f"{path} is unreadable ({error}); delete the folder to start the run over, or give "
-                          "another ", Named("output_dir"), ".") from error
+        raise quietly_caused(BackupError(f"{path} is unreadable ({error}); delete the folder to start the run over, "
+                                         "or give another ", Named("output_dir"), "."), error) from None
     knobs = recipe.as_dict()
     return differences(saved.as_dict(), knobs, arguments=knobs)
 

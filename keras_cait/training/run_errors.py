@@ -3,7 +3,7 @@
 import contextlib
 import warnings
 
-from keras_cait.errors import ArgumentError
+from keras_cait.errors import ArgumentError, quietly_caused
 
 
 class RunError(ArgumentError):
@@ -48,8 +48,8 @@ def about(argument, value, *types):
     except RunError:
         raise
     except ArgumentError as error:
-        raise RunError(error.argument, error.value, error.problem, error.allowed, usage=error.usage,
-                       shown=error.shown) from error
+        raise quietly_caused(RunError(error.argument, error.value, error.problem, error.allowed, usage=error.usage,
+                                      shown=error.shown), error) from None
     except types as error:
         text = str(error).strip() or type(error).__name__
-        raise RunError(argument, value, text) from error
+        raise quietly_caused(RunError(argument, value, text), error) from None

@@ -5,7 +5,7 @@ import os
 
 import keras
 
-from keras_cait.errors import Named, listed
+from keras_cait.errors import Named, listed, quietly_caused
 from keras_cait.models.architecture import build_cait, with_class_names
 from keras_cait.models.class_names import class_count
 from keras_cait.models.loader import image_side, is_keras_file, load_classifier, read_keras_file
@@ -55,10 +55,11 @@ def teacher_model(teacher, recipe, data, precision):
         try:
             model = getattr(keras.applications, teacher)(weights="imagenet")
         except Exception as error:  # Keras' download of the weights: "URL fetch failure on ..."
-            raise RunError("teacher", teacher, f"keras.applications.{teacher} could not load its ImageNet weights "
-                           f"({' '.join(str(error).split()) or type(error).__name__})",
-                           "Keras downloads them once into ~/.keras/models: build the model once where there is "
-                           "network, or give a .keras teacher") from error
+            raise quietly_caused(RunError(
+                "teacher", teacher, f"keras.applications.{teacher} could not load its ImageNet weights "
+                f"({' '.join(str(error).split()) or type(error).__name__})",
+                "Keras downloads them once into ~/.keras/models: build the model once where there is network, or "
+                "give a .keras teacher"), error) from None
         model = transfer.with_dtype_policy(model, precision)
     check_classes(model, "teacher", given(teacher), data.spec, data.train, blamed="teacher",
                   advice="give a teacher trained on the same classes, in the same order")

@@ -166,7 +166,7 @@ def test_a_decode_error_becomes_the_error_naming_the_file(tmp_path, digits):
     assert str(failed.value) == (f"data='photos': {broken} cannot be decoded as an image ({IMAGE_FORMATS}): "
                                  "not an image file; remove or replace it")
     assert (failed.value.argument, failed.value.value, failed.value.usage) == ("data", "photos", False)
-    assert isinstance(failed.value.__cause__, tf.errors.InvalidArgumentError)
+    assert isinstance(failed.value.cause, tf.errors.InvalidArgumentError) and failed.value.__cause__ is None
 
 
 def test_the_sources_are_searched_only_after_a_decode_error(tmp_path, digits, monkeypatch):

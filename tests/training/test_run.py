@@ -480,3 +480,28 @@ def test_evaluate_s_top5_counts_the_five_highest_scores_not_the_highest(tiny_cai
     assert summary["images"] == 7
     np.testing.assert_allclose(summary["top1"], 1 / 7, atol=1e-6)
     np.testing.assert_allclose(summary["top5"], 5 / 7, atol=1e-6)
+
+
+@pytest.mark.parametrize("call, message", [
+    (dict(data="missing"), "data='{tmp}/missing': "),
+    (dict(model="XXS25"), "model='XXS25': "),
+    (dict(image_size="32"), "image_size='32': "),
+])
+def test_a_run_error_is_one_traceback_with_its_message_once(call, message, digits, tmp_path):
+    """A notebook shows the chain of an exception: a RunError rewriting the library's own error shows
+    that error's text once, not twice (the rewritten error is kept as `cause`)."""
+    import traceback
+
+    data_dir = digits(tmp_path / "photos", per_class=2, size=8, classes=range(2))
+    arguments = dict(model="XXS24", data=data_dir, image_size=32, weights=None, verbose=0)
+    arguments.update({key: (tmp_path / value if key == "data" else value) for key, value in call.items()})
+    model, data = arguments.pop("model"), arguments.pop("data")
+    with pytest.raises(run.RunError) as raised:
+        run.finetune(model, data, tmp_path / "run", **arguments)
+    error = raised.value
+    shown = "".join(traceback.format_exception(error))
+    assert str(error).startswith(message.format(tmp=tmp_path))
+    assert shown.count(str(error).split(": ", 1)[1][:40]) == 1, shown
+    assert "direct cause" not in shown and "During handling" not in shown
+    assert error.cause is not None and error.__cause__ is None
+    assert not (tmp_path / "run").exists()
