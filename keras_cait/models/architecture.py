@@ -12,11 +12,14 @@ The pieces live beside it: `blocks` (the two blocks), `precision` (which layers 
 a mixed policy), `inputs` (the input shape and the image check), `class_names` (a classifier's names).
 """
 
+import numbers
+
 import keras
 import numpy as np
 from keras import ops
 
 from keras_cait.deprecation import moved_names
+from keras_cait.errors import ArgumentError
 from keras_cait.layers import ClassToken, PatchEmbedding, PositionEmbedding
 from keras_cait.layers.initializers import linear_kernel
 from keras_cait.models import blocks
@@ -159,6 +162,29 @@ def classifier_head(classes, activation, dtype):
                               dtype=dtype)
 
 
+def checked_classes(classes):
+    """`classes`, the number of classes of a head, as an int (a numpy integer too), after checking that
+    it is a positive integer (not a bool, a float or a str); else an `ArgumentError` naming `classes`.
+    `build_cait`, `with_new_head` and `load_classifier` take a head's classes through it."""
+    if isinstance(classes, bool) or not isinstance(classes, numbers.Integral) or classes < 1:
+        kind = "" if isinstance(classes, numbers.Integral) and not isinstance(classes, bool) else \
+            f", not {type(classes).__name__}"
+        raise ArgumentError("classes", classes, f"must be a positive integer, the number of classes{kind}", "e.g. 10",
+                            usage=True)
+    return int(classes)
+
+
+def checked_drop_path_rate(drop_path_rate):
+    """`drop_path_rate`, the stochastic-depth rate, as a float after checking that it is a number in
+    [0, 1) (not a bool or a str); else an `ArgumentError` naming `drop_path_rate`."""
+    if isinstance(drop_path_rate, bool) or not isinstance(drop_path_rate, numbers.Real):
+        raise ArgumentError("drop_path_rate", drop_path_rate,
+                            f"must be a number in [0, 1), not {type(drop_path_rate).__name__}", "e.g. 0.1", usage=True)
+    if not 0 <= drop_path_rate < 1:
+        raise ArgumentError("drop_path_rate", drop_path_rate, "must be a number in [0, 1)", "e.g. 0.1", usage=True)
+    return float(drop_path_rate)
+
+
 def build_cait(
     *,
     embed_dim,
@@ -188,20 +214,29 @@ def build_cait(
     the class token for `pooling="token"`, the patch mean for `pooling="avg"`.
     `dtype`: the layers' dtype policy (a name, a `DTypePolicy` or a
     `DTypePolicyMap`); None takes the global one (`keras.config.dtype_policy()`).
+    `input_shape`: `(height, width, channels)` in `keras.config.image_data_format()`; None reads it
+    from `input_tensor`, or is 224×224 RGB without one.
+
+    Raises an `ArgumentError` (a ValueError) naming `classes` (with `include_top`), `drop_path_rate`
+    or `input_shape` where one is of the wrong type or out of range, before any layer is built.
     """
     if pooling not in POOLING_MODES:
         raise ValueError(f"pooling={pooling!r}: must be one of {POOLING_MODES}.")
-    if not 0.0 <= drop_path_rate < 1.0:
-        raise ValueError(f"drop_path_rate={drop_path_rate!r}: must be in [0, 1), e.g. 0.1.")
+    if include_top:
+        classes = checked_classes(classes)
+    drop_path_rate = checked_drop_path_rate(drop_path_rate)
+    input_shape = image_inputs.checked_input_shape(input_shape)
+    if input_shape is None and input_tensor is None:
+        input_shape = image_inputs.image_shape(224, 224)
 
     # === Inputs ===
     if input_tensor is not None:
         if not keras.utils.is_keras_tensor(input_tensor):
-            input_tensor = keras.Input(tensor=input_tensor, shape=tuple(input_shape))
+            input_tensor = keras.Input(tensor=input_tensor, shape=input_shape)
         input_shape = tuple(input_tensor.shape[1:])
         inputs = input_tensor
     else:
-        inputs = keras.Input(shape=tuple(input_shape), name="images")
+        inputs = keras.Input(shape=input_shape, name="images")
     channels_first = keras.config.image_data_format() == "channels_first"
     input_shape = image_inputs.channels_last_shape(input_shape)
     image_inputs.check_input_shape(input_shape, patch_size)

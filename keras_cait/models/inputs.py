@@ -1,6 +1,7 @@
 """The images a CaiT takes: its input shape in either data format, the image size, and the check
 that names a batch of the wrong shape with its fix (static shapes only: no op in a graph)."""
 
+import collections.abc
 import numbers
 
 import keras
@@ -35,6 +36,27 @@ def image_shape(height, width, channels=3):
     if keras.config.image_data_format() == "channels_first":
         return (channels, height, width)
     return (height, width, channels)
+
+
+def checked_input_shape(input_shape, argument="input_shape"):
+    """`input_shape` as a tuple whose sides are ints or None (numpy integers too), after checking
+    that it is a sequence of them (a tuple, a list, a `TensorShape`); None stays None. A number, a
+    str or a side that is no integer is an `ArgumentError` naming `argument`; the length and the
+    sides' values are `check_input_shape`'s."""
+    if input_shape is None:
+        return None
+    example = ["e.g. ", Named(argument, image_shape(224, 224))]
+    if isinstance(input_shape, (str, bytes, collections.abc.Mapping)) or not isinstance(
+            input_shape, collections.abc.Iterable):
+        raise ArgumentError(argument, input_shape, f"must be (height, width, channels), a tuple of ints, not "
+                            f"{type(input_shape).__name__}", example, usage=True)
+    sides = tuple(input_shape)
+    wrong = [side for side in sides if side is not None and (
+        isinstance(side, bool) or not isinstance(side, numbers.Integral))]
+    if wrong:
+        raise ArgumentError(argument, input_shape, f"must be (height, width, channels), a tuple of ints, not of "
+                            f"{type(wrong[0]).__name__}", example, usage=True)
+    return tuple(None if side is None else int(side) for side in sides)
 
 
 def check_input_shape(input_shape, patch_size):

@@ -2,7 +2,6 @@
 policy, LoRA updates merged into the kernels. Each returns a model (or changes one) and
 trains nothing; `keras_cait.training` and `keras_cait.export` both use them."""
 
-import numbers
 import os
 import random
 import tempfile
@@ -12,7 +11,7 @@ import keras
 from keras_cait.errors import ArgumentError, Named
 from keras_cait.layers import PatchEmbedding, PositionEmbedding
 from keras_cait.layers.position_embedding import resize_position_embedding
-from keras_cait.models.architecture import HEAD_NAME, CaiTModel, classifier_head, with_class_names
+from keras_cait.models.architecture import HEAD_NAME, CaiTModel, checked_classes, classifier_head, with_class_names
 from keras_cait.models.blocks import SelfAttentionBlock
 from keras_cait.models.inputs import checked_image_size
 from keras_cait.models.precision import has_dtype_policy, layer_dtype
@@ -49,11 +48,9 @@ def with_new_head(model, classes, classifier_activation="softmax", name=None, cl
         >>> backbone = keras_cait.CaiT_XXS24(include_top=False, pooling="token")
         >>> model = with_new_head(backbone, classes=5)
     """
-    if isinstance(classes, bool) or not isinstance(classes, numbers.Integral) or classes < 1:
-        raise ArgumentError("classes", classes, "must be a positive integer, the number of classes", "e.g. 10",
-                            usage=True)
+    classes = checked_classes(classes)
     features = pooled_features(model)
-    head = classifier_head(int(classes), classifier_activation, features.dtype_policy)
+    head = classifier_head(classes, classifier_activation, features.dtype_policy)
     return with_class_names(CaiTModel(model.inputs, head(features.output), name=name or model.name), class_names)
 
 

@@ -496,3 +496,79 @@ def test_a_shape_left_open_until_run_time_is_checked_in_the_graph(tiny_cait, ima
 def test_text_given_to_predict_is_a_type_error_with_the_fix(tiny_cait, images):
     with pytest.raises(TypeError, match="takes pixels as numbers .*load_image"):
         tiny_cait().predict(images, verbose=0)
+
+
+@pytest.mark.parametrize("classes, line", [
+    ("2", "classes='2': must be a positive integer, the number of classes, not str; e.g. 10"),
+    (0, "classes=0: must be a positive integer, the number of classes; e.g. 10"),
+    (2.0, "classes=2.0: must be a positive integer, the number of classes, not float; e.g. 10"),
+    (True, "classes=True: must be a positive integer, the number of classes, not bool; e.g. 10"),
+])
+def test_a_constructor_refuses_classes_that_are_no_positive_integer_naming_classes(classes, line):
+    """They used to reach Keras' Dense and its `units` ("2", 0, 2.0), or build a 1-class head (True)."""
+    from keras_cait.errors import ArgumentError
+
+    with pytest.raises(ArgumentError) as refused:
+        keras_cait.CaiT_XXS24(weights=None, input_shape=(TINY_SIZE, TINY_SIZE, 3), classes=classes)
+    assert (refused.value.argument, refused.value.value, refused.value.usage) == ("classes", classes, True)
+    assert str(refused.value) == line
+
+
+def test_classes_is_checked_once_for_the_builder_and_a_new_head(tiny_cait):
+    from keras_cait.errors import ArgumentError
+    from keras_cait.models.surgery import with_new_head
+
+    backbone = tiny_cait(include_top=False, pooling="token")
+    for build in (lambda: tiny_cait(classes="2"), lambda: with_new_head(backbone, classes="2")):
+        with pytest.raises(ArgumentError) as refused:
+            build()
+        assert str(refused.value) == "classes='2': must be a positive integer, the number of classes, not str; e.g. 10"
+    # A numpy integer is an integer (Keras' Dense refused np.int64 as `units`); without a head
+    # `classes` is not read.
+    assert tiny_cait(classes=np.int64(2)).output_shape == (None, 2)
+    assert tiny_cait(classes="2", include_top=False, pooling="token").output_shape == (None, WIDTH)
+
+
+@pytest.mark.parametrize("rate, line", [
+    ("0.1", "drop_path_rate='0.1': must be a number in [0, 1), not str; e.g. 0.1"),
+    (1.0, "drop_path_rate=1.0: must be a number in [0, 1); e.g. 0.1"),
+    (-0.1, "drop_path_rate=-0.1: must be a number in [0, 1); e.g. 0.1"),
+    (None, "drop_path_rate=None: must be a number in [0, 1), not NoneType; e.g. 0.1"),
+])
+def test_a_constructor_refuses_a_drop_path_rate_outside_0_to_1_naming_it(rate, line):
+    """"0.1" used to be a bare TypeError ('<=' not supported between 'float' and 'str')."""
+    from keras_cait.errors import ArgumentError
+
+    with pytest.raises(ArgumentError) as refused:
+        keras_cait.CaiT_XXS24(weights=None, input_shape=(TINY_SIZE, TINY_SIZE, 3), drop_path_rate=rate)
+    assert (refused.value.argument, refused.value.usage) == ("drop_path_rate", True)
+    assert str(refused.value) == line
+
+
+@pytest.mark.parametrize("input_shape, line", [
+    (32, "input_shape=32: must be (height, width, channels), a tuple of ints, not int; e.g. input_shape=(224, 224, 3)"),
+    ("32", "input_shape='32': must be (height, width, channels), a tuple of ints, not str; "
+           "e.g. input_shape=(224, 224, 3)"),
+    ((32.0, 32.0, 3), "input_shape=(32.0, 32.0, 3): must be (height, width, channels), a tuple of ints, not of "
+                      "float; e.g. input_shape=(224, 224, 3)"),
+    (("32", "32", "3"), "input_shape=('32', '32', '3'): must be (height, width, channels), a tuple of ints, not of "
+                        "str; e.g. input_shape=(224, 224, 3)"),
+])
+def test_the_builder_refuses_an_input_shape_that_is_no_tuple_of_ints_naming_it(tiny_cait, input_shape, line):
+    """32 used to be "'int' object is not iterable", "32" Keras' "Cannot convert ('3', '2') to a shape"."""
+    from keras_cait.errors import ArgumentError
+
+    with pytest.raises(ArgumentError) as refused:
+        tiny_cait(input_shape=input_shape)
+    assert (refused.value.argument, refused.value.value, refused.value.usage) == ("input_shape", input_shape, True)
+    assert str(refused.value) == line
+
+
+def test_an_input_shape_of_numpy_integers_or_a_list_builds_and_wrong_tuples_keep_their_messages(tiny_cait):
+    side = np.int64(TINY_SIZE)
+    assert tiny_cait(input_shape=(side, side, np.int64(3))).input_shape == (None, TINY_SIZE, TINY_SIZE, 3)
+    assert tiny_cait(input_shape=[TINY_SIZE, TINY_SIZE, 3]).input_shape == (None, TINY_SIZE, TINY_SIZE, 3)
+    with pytest.raises(ValueError, match=re.escape("input_shape (32, 32): expected (height, width, channels)")):
+        tiny_cait(input_shape=(TINY_SIZE, TINY_SIZE))
+    with pytest.raises(ValueError, match="sides must be positive multiples of the patch size 16"):
+        tiny_cait(input_shape=(33, TINY_SIZE, 3))
