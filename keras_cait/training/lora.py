@@ -25,8 +25,11 @@ Example:
     served = merge_lora(model)           # a plain CaiT: export it like any other
 """
 
+import numbers
+
 import keras
 
+from keras_cait.errors import ArgumentError, Named
 from keras_cait.models.surgery import HEAD_NAME, merge_lora  # noqa: F401  merge_lora: also keras_cait.training.lora's
 
 ATTENTION_PROJECTIONS = ("qkv", "query", "key", "value", "output_projection")
@@ -49,16 +52,32 @@ def enable_lora(model, rank, targets=ATTENTION_PROJECTIONS, alpha=None):
     Args:
         model: a built CaiT classifier with a head `predictions`, e.g. from
             `with_new_head`.
-        rank: the rank of the update, a positive integer (4 to 16 is usual).
+        rank: the rank of the update, a positive integer (4 to 16 is usual; a numpy
+            integer too).
         targets: names of the Dense layers to adapt (see the module docstring);
             by default every attention projection.
-        alpha: the scale numerator, `W + (alpha / rank) · A B`; by default
-            `rank` (scale 1), as Keras does.
+        alpha: the scale numerator, `W + (alpha / rank) · A B`, a positive number as
+            in the paper, loralib and peft (0 would add nothing, a negative one flip
+            the update's sign); by default `rank` (scale 1), as Keras does.
 
-    Returns `model`, changed in place.
+    Returns `model`, changed in place; a call that raises changes nothing (every
+    target is checked before any is adapted).
     """
-    if not isinstance(rank, int) or rank < 1:
-        raise ValueError(f"rank={rank!r}: must be a positive integer, e.g. 8.")
+    if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or rank < 1:
+        kind = "" if isinstance(rank, numbers.Integral) and not isinstance(rank, bool) else \
+            f", not {type(rank).__name__}"
+        raise ArgumentError("rank", rank, f"must be a positive integer{kind}", ["e.g. ", Named("rank", 8)],
+                            usage=True)
+    rank = int(rank)  # a numpy integer would reach the layers' configs, which JSON cannot write
+    if alpha is not None:
+        allowed = ["e.g. ", Named("alpha", 2 * rank), ", or leave ", Named("alpha"), " out for ", Named("alpha", rank)]
+        if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
+            raise ArgumentError("alpha", alpha, f"must be a positive number, not {type(alpha).__name__}", allowed,
+                                usage=True)
+        if not alpha > 0:  # NaN too
+            raise ArgumentError("alpha", alpha, "must be positive: the update is scaled by alpha / rank, so 0 adds "
+                                "nothing and a negative alpha flips its sign", allowed, usage=True)
+        alpha = int(alpha) if isinstance(alpha, numbers.Integral) else float(alpha)
     targets = (targets,) if isinstance(targets, str) else tuple(targets)
     if HEAD_NAME not in [layer.name for layer in model.layers]:
         raise ValueError(
@@ -77,13 +96,14 @@ def enable_lora(model, rank, targets=ATTENTION_PROJECTIONS, alpha=None):
             f"targets={targets}: {unknown or 'empty'} names no Dense layer of '{model.name}'; "
             f"choose among {dense_names}."
         )
-    for layer in layers:
-        if isinstance(layer, keras.layers.Dense) and layer.name in targets:
-            if layer.lora_enabled:
-                raise ValueError(
-                    f"'{layer.path}' already has LoRA; call enable_lora once per model."
-                )
-            layer.enable_lora(rank, lora_alpha=alpha)
+    adapted = [layer for layer in layers if isinstance(layer, keras.layers.Dense) and layer.name in targets]
+    for layer in adapted:  # all checked before any is changed: a refused call leaves the model as it was
+        if layer.lora_enabled:
+            raise ValueError(
+                f"'{layer.path}' already has LoRA; call enable_lora once per model."
+            )
+    for layer in adapted:
+        layer.enable_lora(rank, lora_alpha=alpha)
     head = model.get_layer(HEAD_NAME)
     head_weights = {id(weight) for weight in head.weights}
     for weight in model.weights:

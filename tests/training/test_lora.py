@@ -85,3 +85,55 @@ def test_bad_lora_arguments_are_refused_with_the_fix(tiny_cait):
     twice = enable_lora(model(), rank=4)
     with pytest.raises(ValueError, match="already has LoRA"):
         enable_lora(twice, rank=4)
+
+
+@pytest.mark.parametrize("alpha, line", [
+    (-1, "alpha=-1: must be positive: the update is scaled by alpha / rank, so 0 adds nothing and a negative alpha "
+         "flips its sign; e.g. alpha=8, or leave alpha out for alpha=4"),
+    (0, "alpha=0: must be positive: the update is scaled by alpha / rank, so 0 adds nothing and a negative alpha "
+        "flips its sign; e.g. alpha=8, or leave alpha out for alpha=4"),
+    ("8", "alpha='8': must be a positive number, not str; e.g. alpha=8, or leave alpha out for alpha=4"),
+])
+def test_an_alpha_that_is_no_positive_number_is_refused_naming_alpha(tiny_cait, alpha, line):
+    """-1 used to be taken, and silently turned every update around (W - (1/4) A B); 0 to add nothing."""
+    from keras_cait.errors import ArgumentError
+
+    model = with_new_head(tiny_cait(include_top=False, pooling="token"), classes=CLASSES)
+    with pytest.raises(ArgumentError) as refused:
+        enable_lora(model, rank=4, alpha=alpha)
+    assert (refused.value.argument, refused.value.value, refused.value.usage) == ("alpha", alpha, True)
+    assert str(refused.value) == line
+    assert lora_weights(model) == []
+
+
+def test_a_numpy_integer_rank_and_alpha_are_taken_as_ints(tiny_cait):
+    """np.int64(4) used to be refused as "must be a positive integer"."""
+    import json
+
+    model = _lora_model(tiny_cait, rank=np.int64(4), alpha=np.float32(8.0))
+    qkv = model.get_layer("self_attention_block_0").attention.qkv
+    assert (qkv.lora_rank, qkv.lora_alpha) == (4, 8.0)
+    assert type(qkv.lora_rank) is int and type(qkv.lora_alpha) is float
+    json.dumps(qkv.get_config())  # a numpy number in the config would not write
+    with pytest.raises(ValueError, match=r"rank=True: must be a positive integer, not bool; e\.g\. rank=8"):
+        _lora_model(tiny_cait, rank=True)
+
+
+def _lora_layers(model):
+    from keras_cait.training.lora import _sublayers
+
+    return sorted(layer.path for layer in _sublayers(model) if isinstance(layer, keras.layers.Dense)
+                  and layer.lora_enabled)
+
+
+@pytest.mark.parametrize("first", ["qkv", "value"])
+def test_a_refused_second_call_leaves_the_model_as_it_was(tiny_cait, first):
+    """The layers were adapted one by one until the first with LoRA already: a refused call left
+    some of them adapted (qkv first: one more layer, value first: five more)."""
+    model = _lora_model(tiny_cait, rank=4, targets=first)
+    adapted, trainable = _lora_layers(model), {w.path for w in model.trainable_weights}
+    assert adapted
+    with pytest.raises(ValueError, match="already has LoRA"):
+        enable_lora(model, rank=4)
+    assert _lora_layers(model) == adapted
+    assert {w.path for w in model.trainable_weights} == trainable
