@@ -339,11 +339,13 @@ def evaluate(model, data, *, weights="imagenet", class_names=None, tfds_dir=None
     metrics = [keras.metrics.SparseTopKCategoricalAccuracy(1, name="top1")]
     if run_plan.reports_top5(source.num_classes):
         metrics.append(keras.metrics.SparseTopKCategoricalAccuracy(5, name="top5"))
-    # Keras evaluates a loss in any case; only the accuracies are reported.
-    classifier.compile(loss="sparse_categorical_crossentropy", metrics=metrics, jit_compile=False)
+    # Compiled is a model over the same layers, not the caller's (whose optimizer, loss and metrics
+    # stay theirs); Keras evaluates a loss in any case, only the accuracies are reported.
+    evaluated = keras.Model(classifier.inputs, classifier.outputs, name=classifier.name)
+    evaluated.compile(loss="sparse_categorical_crossentropy", metrics=metrics, jit_compile=False)
     dataset = stream.evaluation_dataset(source, image_size, batch_size, crop_pct)
     with image_checks.undecodable_named([("data", data, source)], RunError):  # a bad image the check did not reach
-        results = classifier.evaluate(dataset, return_dict=True, verbose=verbose)
+        results = evaluated.evaluate(dataset, return_dict=True, verbose=verbose)
     report = {name: float(value) for name, value in results.items() if name != "loss"}
     report["images"] = source.num_examples
     return RunResult(classifier, report)

@@ -129,6 +129,18 @@ def test_a_run_that_cannot_work_raises_run_error_naming_the_argument_and_writes_
     assert not (tmp_path / "run").exists()
 
 
+def test_python_evaluate_leaves_the_caller_s_model_compiled_as_it_was(tiny_run, policy):
+    model_path, data_dir = tiny_run
+    model = keras.models.load_model(model_path)
+    optimizer = keras.optimizers.Adam(1e-4)
+    model.compile(optimizer=optimizer, loss="categorical_crossentropy", metrics=["accuracy"])
+    result = run.evaluate(model, data_dir, verbose=0)
+    assert result.model is model and result.summary["images"] == 30
+    assert model.optimizer is optimizer and model.loss == "categorical_crossentropy"
+    labels = keras.utils.to_categorical(np.arange(2) % model.output_shape[-1], model.output_shape[-1])
+    model.fit(np.zeros((2, *model.input_shape[1:]), "float32"), labels, verbose=0)  # one-hot labels still fit
+
+
 def test_python_evaluate_reports_the_accuracy_of_a_model_file(tiny_run, policy):
     model_path, data_dir = tiny_run
     result = run.evaluate(model_path, data_dir, verbose=0)
