@@ -23,7 +23,6 @@ Example:
     model = load_classifier("XXS24", classes=5)                   # ImageNet backbone, a new 5-class head
 """
 
-import numbers
 import os
 import zipfile
 
@@ -31,7 +30,7 @@ import keras
 
 from keras_cait.errors import ArgumentError, Named
 from keras_cait.layers import PatchEmbedding
-from keras_cait.models.architecture import POOLING_MODES, CaiTModel
+from keras_cait.models.architecture import POOLING_MODES, CaiTModel, checked_classes, checked_drop_path_rate
 from keras_cait.models.blocks import ClassAttentionBlock
 from keras_cait.models.class_names import class_count
 from keras_cait.models.inputs import checked_image_size
@@ -89,13 +88,11 @@ def load_classifier(model, *, weights="imagenet", image_size=None, include_top=T
                             usage=True)
     if image_size is not None:
         image_size = checked_image_size(image_size, PATCH_SIZE)
-    if classes is not None and (isinstance(classes, bool) or not isinstance(classes, numbers.Integral) or classes < 1):
-        raise ArgumentError("classes", classes, "must be a positive integer, the number of classes", "e.g. 10",
-                            usage=True)
+    if classes is not None:
+        classes = checked_classes(classes)
     dtype = checked_dtype(dtype)
-    if drop_path_rate is not None and (isinstance(drop_path_rate, bool) or not isinstance(drop_path_rate, numbers.Real)
-                                       or not 0 <= drop_path_rate < 1):
-        raise ArgumentError("drop_path_rate", drop_path_rate, "must be a number in [0, 1)", "e.g. 0.1", usage=True)
+    if drop_path_rate is not None:
+        drop_path_rate = checked_drop_path_rate(drop_path_rate)
     if classes is not None and not include_top:
         raise ArgumentError("classes", classes, "applies to a head, and include_top=False leaves it out",
                             ["leave ", Named("classes"), " out, or give ", Named("include_top", True)], usage=True)

@@ -14,8 +14,8 @@ import os
 import re
 
 from keras_cait.errors import ArgumentError, Named
-from keras_cait.models.architecture import build_cait
-from keras_cait.models.inputs import channels_last_shape, image_shape
+from keras_cait.models.architecture import build_cait, checked_classes
+from keras_cait.models.inputs import channels_last_shape, checked_input_shape, image_shape
 from keras_cait.weights import CHECKPOINTS, WEIGHT_FILES, load_imagenet_weights, load_weights_file
 from keras_cait.weights.download import IMAGENET_CLASSES  # the classes of every released head
 
@@ -162,7 +162,7 @@ def cait(
             input_shape = tuple(input_tensor.shape[1:])
         else:
             input_shape = image_shape(side, side)
-    input_shape = tuple(input_shape)
+    input_shape = checked_input_shape(input_shape)
     # build_cait names a shape of another rank; these serve the checks before it.
     height, width, channels = channels_last_shape(input_shape) if len(input_shape) == 3 else (None,) * 3
 
@@ -174,6 +174,8 @@ def cait(
             [f"for {channels} channels use ", Named("weights", None), ", ", Named("include_preprocessing", False)],
             usage=True,
         )
+    if include_top:
+        classes = checked_classes(classes)
     if weights == "imagenet" and include_top and classes != IMAGENET_CLASSES:
         raise ArgumentError(
             "classes", classes, f"the ImageNet head has {IMAGENET_CLASSES} classes",

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import keras_cait
+from keras_cait.errors import ArgumentError
 from keras_cait.models import variants
 from keras_cait.models.variants import VARIANTS
 from keras_cait.weights import CHECKPOINTS, load_weights_file
@@ -318,3 +319,15 @@ def test_weights_given_as_bytes_are_refused_with_the_fix(offline, tiny_checkpoin
     with pytest.raises(ValueError, match=r"bytes of bytes, not a name or path; give weights='imagenet', .* write "
                                          r"it to a file and pass its path$"):
         keras_cait.CaiT_XXS24(weights=tiny_checkpoint.read_bytes(), input_shape=(32, 32, 3))
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (dict(weights=None, input_shape=32), "input_shape=32: must be (height, width, channels), a tuple of ints, not int"),
+    (dict(weights=None, input_shape="32"), "input_shape='32': must be (height, width, channels), a tuple of ints, not str"),
+    (dict(weights="imagenet", classes="2"), "classes='2': must be a positive integer, the number of classes, not str"),
+])
+def test_a_constructor_names_an_argument_of_the_wrong_type_as_typed(arguments, message):
+    """Before the ImageNet checks and `tuple(input_shape)`: as the user typed it, what it must be."""
+    with pytest.raises(ArgumentError) as raised:
+        keras_cait.CaiT_XXS24(**arguments)
+    assert str(raised.value).startswith(message)
