@@ -1,14 +1,18 @@
-"""What every export shares: the form that is traced, Keras quantisation and the checks of
-destinations (paths, formats, quantisation modes), made before any model is traced."""
+"""What every export shares: the form that is traced, Keras quantisation, the checks of
+destinations (paths, formats, quantisation modes), made before any model is traced, and the
+converters' INFO lines kept off standard error."""
 
+import contextlib
 import functools
 import os
 import re
+import threading
 
 import keras
 import tensorflow as tf
 
 from keras_cait.errors import ArgumentError, Named, Said
+from keras_cait.io.stderr import drop_startup_info, flush_stderr, write_all
 from keras_cait.export.formats import file_formats, folder_format, format_of, listed
 from keras_cait.export.inference_graph import InferenceGraph, folds
 from keras_cait.models.surgery import merge_lora, with_dtype_policy
@@ -130,3 +134,66 @@ def check_file(path, suffix, overwrite):
         raise ArgumentError("path", path, f"must end in {suffix}, e.g. cait{suffix}", usage=True)
     if os.path.exists(path) and not overwrite:
         raise DestinationExists(f"{path!r} exists; pass ", Named("overwrite", True), " to replace it.")
+
+
+# === The converters' own lines ===
+
+# The TFLite converter's notice of the flags that TensorFlow's own Python converter passes and its
+# C++ side ignores ("W0000 00:00:1795945018.491298   12357 tf_tfl_flatbuffer_helpers.cc:364] Ignored
+# output_format."), printed by every conversion.
+_IGNORED_FLAG = re.compile(rb"W\d{4} \d\d:\d\d:\d+\.\d+ +\d+ tf_tfl_flatbuffer_helpers\.cc:\d+\] Ignored \w+\.$")
+
+
+@contextlib.contextmanager
+def converter_info_dropped():
+    """Runs a conversion (tf2onnx, the TFLite converter) with TensorFlow's INFO records kept off
+    standard error: grappler's "devices.cc:67] Number of eligible GPUs ..." and "single_machine.cc:376]
+    Starting new session" for ONNX, "reader.cc:83] Reading SavedModel from: ..." and eight more for
+    LiteRT, and the LiteRT converter's "Ignored output_format." notices. Everything else
+    (warnings, errors, tracebacks) goes on to standard error as it is written, in order: file
+    descriptor 2 flows through a pipe that a thread reads, so a crash inside loses at most the last
+    lines. TF_CPP_MIN_LOG_LEVEL=0 keeps every line, as it does at `import keras_cait`."""
+    if os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "0":
+        yield
+        return
+    try:
+        original = os.dup(2)
+    except OSError:  # no standard error (a daemon, a closed descriptor): nothing to tidy
+        yield
+        return
+    try:
+        read_end, write_end = os.pipe()
+    except OSError:
+        os.close(original)
+        yield
+        return
+    flush_stderr()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    forwarder = threading.Thread(target=_forward_kept, args=(read_end, original), daemon=True,
+                                 name="keras_cait-converter-info")
+    forwarder.start()
+    try:
+        yield
+    finally:
+        flush_stderr()
+        os.dup2(original, 2)  # the pipe's last writer is gone: the forwarder reads to its end
+        forwarder.join(timeout=10)
+        if not forwarder.is_alive():  # else a child process still holds the pipe, and the thread the fd
+            os.close(original)
+
+
+def converter_lines_kept(lines):
+    """`lines` (bytes, whole lines) without TensorFlow's INFO records and the ignored-flag notices."""
+    return b"".join(line for line in drop_startup_info(lines).splitlines(keepends=True)
+                    if not _IGNORED_FLAG.match(line.rstrip(b"\r\n")))
+
+
+def _forward_kept(read_end, original):
+    pending = b""
+    with os.fdopen(read_end, "rb", buffering=0) as pipe:
+        while chunk := pipe.read(1 << 16):
+            complete, newline, pending = (pending + chunk).rpartition(b"\n")
+            if newline:
+                write_all(original, converter_lines_kept(complete + newline))
+    write_all(original, converter_lines_kept(pending))

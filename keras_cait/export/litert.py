@@ -6,6 +6,7 @@ from keras_cait.io.atomic import written_atomically
 from keras_cait.export.core import (
     check_file,
     check_quantization,
+    converter_info_dropped,
     inference_form,
     require_tensorflow_backend,
     traced,
@@ -30,6 +31,9 @@ def export_litert(model, path, *, quantization=None, overwrite=False):
             activations computed in float (TFLite dynamic-range quantisation,
             about 4× smaller; see docs/export.md for its top-1 agreement).
         overwrite: replace an existing file.
+
+    TensorFlow's INFO lines from the conversion ("Reading SavedModel from: ...") and the
+    converter's "Ignored output_format." notices are kept off standard error.
     """
     require_tensorflow_backend("export_litert")
     check_file(path, FORMAT.suffix, overwrite)
@@ -38,7 +42,7 @@ def export_litert(model, path, *, quantization=None, overwrite=False):
     if quantization == "dynamic_int8":
         converter_options["optimizations"] = [tf.lite.Optimize.DEFAULT]
     forward = inference_form(model)
-    with written_atomically(path, overwrite) as temporary:
+    with written_atomically(path, overwrite) as temporary, converter_info_dropped():
         if not isinstance(forward, InferenceGraph):
             model.export(temporary, format="litert", verbose=False, **converter_options)
             return path

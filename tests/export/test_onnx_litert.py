@@ -90,3 +90,161 @@ def test_a_failed_conversion_leaves_the_old_file_and_nothing_else(logits_model, 
         export_onnx(logits_model, tmp_path / "cait.onnx", overwrite=True)
     assert sorted(os.listdir(tmp_path)) == ["cait.onnx"]
     assert (tmp_path / "cait.onnx").read_bytes() == b"the previous export"
+
+
+# === opset_version, tf2onnx's settings for the session, the converters' lines on standard error ===
+
+
+def tf2onnx_max_opset():
+    from tf2onnx.constants import OPSET_TO_IR_VERSION
+
+    return max(OPSET_TO_IR_VERSION)
+
+
+@pytest.mark.parametrize(
+    "opset_version, problem",
+    [
+        (5, "the CaiT graph needs ONNX opset 10 or later (its StridedSlice as ONNX Slice)"),  # wrote a file ORT refused
+        (9, "the CaiT graph needs ONNX opset 10 or later (its StridedSlice as ONNX Slice)"),
+        ("17", "must be an integer"),  # a bare TypeError after tracing
+        (17.0, "must be an integer"),
+        (True, "must be an integer"),
+        (99, "tf2onnx writes ONNX opsets up to {highest}"),  # tf2onnx's "make_sure failure"
+    ],
+)
+def test_an_opset_version_tf2onnx_cannot_write_is_refused_before_anything_is_traced(
+        logits_model, tmp_path, monkeypatch, opset_version, problem):
+    from keras_cait.errors import ArgumentError
+    from keras_cait.export import onnx
+
+    def traced(*args, **kwargs):
+        raise AssertionError("the model was traced")
+
+    monkeypatch.setattr(onnx, "inference_form", traced)
+    highest = tf2onnx_max_opset()
+    with pytest.raises(ArgumentError) as raised:
+        export_onnx(logits_model, tmp_path / "cait.onnx", opset_version=opset_version)
+    assert (raised.value.argument, raised.value.value, raised.value.usage) == ("opset_version", opset_version, True)
+    assert str(raised.value) == (
+        f"opset_version={opset_version!r}: {problem.format(highest=highest)}; give an integer from 10 to "
+        f"{highest}, e.g. opset_version=17, or leave it out for tf2onnx's default")
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("opset_version", ["lowest", "highest"])
+def test_the_lowest_and_highest_opsets_load_in_onnx_runtime(logits_model, inputs, tmp_path, opset_version):
+    import onnx
+    import onnxruntime
+
+    opset_version = 10 if opset_version == "lowest" else np.int64(tf2onnx_max_opset())  # numpy's ints too
+    export_onnx(logits_model, tmp_path / "cait.onnx", opset_version=opset_version)
+    assert [entry.version for entry in onnx.load(str(tmp_path / "cait.onnx")).opset_import
+            if entry.domain in ("", "ai.onnx")] == [opset_version]
+    session = onnxruntime.InferenceSession(str(tmp_path / "cait.onnx"), providers=["CPUExecutionProvider"])
+    (logits,) = session.run(None, {"images": inputs[:4]})
+    np.testing.assert_allclose(logits, logits_model.predict(inputs[:4], verbose=0), atol=1e-4, rtol=0)
+
+
+# The child processes import timm before TensorFlow (as tests/conftest.py does: in the other order
+# the process aborts) and build conftest's tiny CaiT without importing the suite's conftest, which
+# sets TF_CPP_MIN_LOG_LEVEL.
+CHILD_START = """
+import logging, os, sys
+try:
+    import timm  # noqa: F401
+except ImportError:
+    pass
+import tensorflow as tf
+import tf2onnx.tf_loader
+from keras_cait.export import export_litert, export_onnx
+from keras_cait.models.architecture import build_cait
+
+model = build_cait(embed_dim=64, depth=2, num_heads=4, init_values=0.1, input_shape=(32, 32, 3),
+                   classifier_activation=None)
+"""
+
+
+def run_child(script, tmp_path):
+    """`script` in a fresh Python run in `tmp_path`, as a notebook would: without TF_CPP_MIN_LOG_LEVEL."""
+    import subprocess
+    import sys
+
+    environment = {name: value for name, value in os.environ.items() if name != "TF_CPP_MIN_LOG_LEVEL"}
+    done = subprocess.run([sys.executable, "-c", CHILD_START + script], cwd=tmp_path, env=environment,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def test_export_onnx_leaves_the_environment_and_logging_levels_as_it_found_them(tmp_path):
+    """The first export of a process imports tf2onnx.convert, which set TF_CPP_MIN_LOG_LEVEL=3 for the
+    rest of the session, also when the conversion then failed."""
+    script = """
+def settings():
+    levels = {name: logging.getLogger(name).level for name in ("", "tensorflow", "tf2onnx", "absl")}
+    return dict(os.environ), levels
+
+def conversion_fails(*args, **kwargs):
+    raise RuntimeError("conversion failed")
+
+real_from_function = tf2onnx.tf_loader.from_function
+for variable in (None, "2"):  # absent (the first export, which fails), then set
+    if variable is None:
+        os.environ.pop("TF_CPP_MIN_LOG_LEVEL", None)
+        tf2onnx.tf_loader.from_function = conversion_fails
+    else:
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = variable
+        tf2onnx.tf_loader.from_function = real_from_function
+    before = settings()
+    try:
+        export_onnx(model, "cait.onnx", overwrite=True)
+    except RuntimeError as error:
+        print("failed:", error)
+    after = settings()
+    print("changed:", sorted(name for name in set(before[0]) | set(after[0])
+                             if before[0].get(name) != after[0].get(name)), after[1] == before[1])
+    print("written:", os.listdir("."))
+"""
+    assert run_child(script, tmp_path).stdout.splitlines() == [
+        "failed: conversion failed", "changed: [] True", "written: []",
+        "changed: [] True", "written: ['cait.onnx']",
+    ]
+
+
+def test_the_converters_info_lines_stay_off_standard_error_and_their_errors_do_not(tmp_path):
+    """From a notebook (no TF_CPP_MIN_LOG_LEVEL) each ONNX export printed grappler's "devices.cc:67] Number
+    of eligible GPUs ..." and "single_machine.cc:376] Starting new session", each LiteRT export about ten
+    lines ("Ignored output_format.", "Reading SavedModel from: ..."). A converter's warnings and errors
+    still reach standard error, where they were written."""
+    script = """
+def saying(line, function):
+    def said(*args, **kwargs):
+        os.write(2, line.encode() + b"\\n")
+        return function(*args, **kwargs)
+    return said
+
+tf2onnx.tf_loader.from_function = saying(
+    "E0000 00:00:1795945018.491298   12357 some_op.cc:12] a real error", tf2onnx.tf_loader.from_function)
+tf.lite.TFLiteConverter.from_concrete_functions = staticmethod(saying(
+    "W0000 00:00:1795945018.491375   12357 lite.cc:34] a real warning",
+    tf.lite.TFLiteConverter.from_concrete_functions))
+print("== export_onnx", file=sys.stderr, flush=True)
+export_onnx(model, "cait.onnx")
+print("== export_litert", file=sys.stderr, flush=True)
+export_litert(model, "cait.tflite")
+print("== export_litert dynamic_int8", file=sys.stderr, flush=True)
+export_litert(model, "int8.tflite", quantization="dynamic_int8")
+print("== done", file=sys.stderr, flush=True)
+"""
+    stderr = run_child(script, tmp_path).stderr.splitlines()
+    assert "== export_onnx" in stderr, stderr
+    assert stderr[stderr.index("== export_onnx"):] == [
+        "== export_onnx",
+        "E0000 00:00:1795945018.491298   12357 some_op.cc:12] a real error",
+        "== export_litert",
+        "W0000 00:00:1795945018.491375   12357 lite.cc:34] a real warning",
+        "== export_litert dynamic_int8",
+        "W0000 00:00:1795945018.491375   12357 lite.cc:34] a real warning",
+        "== done",
+    ]
+    assert sorted(os.listdir(tmp_path)) == ["cait.onnx", "cait.tflite", "int8.tflite"]
