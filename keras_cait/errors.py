@@ -5,6 +5,7 @@
     Said             the same for an error of another kind (a download's ConnectionError) that names one
     say, speaking    a line the library prints as it works that names an argument, and the spelling
                      its `Named` parts take (Python's unless a caller such as the command line says)
+    report, quiet    a line printed as it is; the block in which neither prints (verbose=0)
     quietly_caused   an error that rewrites another, raised without the other's traceback
     ExtraMissing     an ImportError naming the optional extra that installs what is missing
     require_extra    imports a module of an optional extra, or raises `ExtraMissing`
@@ -155,11 +156,32 @@ class Said:
 _SPELLING = contextvars.ContextVar("keras_cait_spelling", default=python_name)
 
 
+_QUIET = contextvars.ContextVar("keras_cait_quiet", default=False)
+
+
 def say(*parts):
     """Prints a line the library says as it works (a choice it made for the caller) whose `Named`
     parts are written as the caller spells arguments: `precision` from Python, `--precision` from
-    the command line, which calls the library inside `speaking(flag_name)`."""
-    print(" ".join(spoken(parts, _SPELLING.get()).split()), flush=True)
+    the command line, which calls the library inside `speaking(flag_name)`. Nothing within `quiet()`."""
+    if not _QUIET.get():
+        print(" ".join(spoken(parts, _SPELLING.get()).split()), flush=True)
+
+
+def report(text=""):
+    """Prints `text` as it is (a run's stage, where it resumed, what it wrote): a line of the
+    library's as it works, which `quiet()` keeps unsaid, as `say`'s."""
+    if not _QUIET.get():
+        print(text, flush=True)
+
+
+@contextlib.contextmanager
+def quiet(silent=True):
+    """Within the block (with `silent`), `say` and `report` print nothing: a run given verbose=0."""
+    token = _QUIET.set(bool(silent) or _QUIET.get())
+    try:
+        yield
+    finally:
+        _QUIET.reset(token)
 
 
 @contextlib.contextmanager

@@ -28,7 +28,7 @@ import zipfile
 
 import keras
 
-from keras_cait.errors import ArgumentError, Named
+from keras_cait.errors import ArgumentError, Named, quietly_caused
 from keras_cait.layers import PatchEmbedding
 from keras_cait.models.architecture import POOLING_MODES, CaiTModel, checked_classes, checked_drop_path_rate
 from keras_cait.models.blocks import ClassAttentionBlock
@@ -83,6 +83,7 @@ def load_classifier(model, *, weights="imagenet", image_size=None, include_top=T
         `keras_cait.errors.ArgumentError` (a ValueError) naming the argument at fault; a
         `ConnectionError` where the ImageNet checkpoint cannot be fetched.
     """
+    check_model(model)
     if pooling not in POOLING_MODES:
         raise ArgumentError("pooling", pooling, "unknown pooling", f"give one of {', '.join(map(repr, POOLING_MODES))}",
                             usage=True)
@@ -104,11 +105,6 @@ def load_classifier(model, *, weights="imagenet", image_size=None, include_top=T
         loaded = model if isinstance(model, keras.Model) else read_keras_file(model)
         return _adapted(loaded, model, image_size, include_top, pooling, classes, classifier_activation, dtype,
                         drop_path_rate)
-    if not isinstance(model, str):
-        raise ArgumentError("model", model, f"not a name, a path or a model, but of type {type(model).__name__}",
-                            "give a variant name (e.g. 'S24', 'cait_s24_384'), the path of a .keras file or a "
-                            "keras.Model", usage=True)
-    variant, _ = parse_model_name(model)
     weights = checked_weights(weights)
     side = image_size or default_image_size(model)
     new_head = include_top and weights == "imagenet" and classes not in (None, IMAGENET_CLASSES)
@@ -119,6 +115,27 @@ def load_classifier(model, *, weights="imagenet", image_size=None, include_top=T
         drop_path_rate=drop_path_rate or 0.0, dtype=dtype,
     )
     return with_new_head(built, classes, classifier_activation) if new_head else built
+
+
+def check_model(model, argument="model"):
+    """What `load_classifier` refuses of `model` itself, found without reading it: anything but a
+    variant name, the path of a `.keras` file or a `keras.Model`; a name no variant has; a .keras
+    path that is no file. An `ArgumentError` naming `argument`; a run asks before it reads its data."""
+    if isinstance(model, keras.Model):
+        return
+    if is_keras_file(model):
+        check_keras_file(model, argument)
+        return
+    if not isinstance(model, str):
+        raise ArgumentError(argument, model, f"not a name, a path or a model, but of type {type(model).__name__}",
+                            "give a variant name (e.g. 'S24', 'cait_s24_384'), the path of a .keras file or a "
+                            "keras.Model", usage=True)
+    if os.path.isdir(model):  # a run's folder, say: its models are .keras files in it
+        inside = [name for name in ("best.keras", "final.keras") if os.path.isfile(os.path.join(model, name))]
+        raise ArgumentError(argument, model, "is a folder", [
+            "give a .keras model in it, e.g. ", Named(argument, os.path.join(model, inside[0]))] if inside else
+            "give a variant name (e.g. 'S24') or the path of a .keras file", usage=not inside)
+    parse_model_name(model, argument=argument)
 
 
 def checked_dtype(dtype):
@@ -142,17 +159,29 @@ def read_keras_file(path, argument="model"):
     """The Keras model saved at `path` (`keras.models.load_model`, keras_cait's layers known), any
     model, not only a CaiT (a distillation's teacher); a missing or unreadable file is an
     `ArgumentError` naming `argument`."""
-    path = os.fspath(path)
-    allowed = "give a model saved with model.save('name.keras'), or a CaiT variant name"
-    if not os.path.isfile(path):
-        raise ArgumentError(argument, path, "is a folder" if os.path.isdir(path) else "no such file", allowed)
-    if not zipfile.is_zipfile(path):
-        raise ArgumentError(argument, path, "is not a .keras model (a .keras file is a zip archive)", allowed)
+    path = check_keras_file(path, argument)
     try:
         return keras.models.load_model(path)
     except (OSError, ValueError, TypeError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ArgumentError(argument, path, f"is not a readable .keras model: {first}", allowed) from error
+        raise quietly_caused(ArgumentError(argument, path, f"is not a readable .keras model: {first}",
+                                           _KERAS_FILE_ALLOWED), error) from None
+
+
+def check_keras_file(path, argument="model"):
+    """`path` as a str, after checking that it is a file in the .keras format (a zip archive); else an
+    `ArgumentError` naming `argument`. Nothing is loaded."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ArgumentError(argument, path, "is a folder" if os.path.isdir(path) else "no such file",
+                            _KERAS_FILE_ALLOWED)
+    if not zipfile.is_zipfile(path):
+        raise ArgumentError(argument, path, "is not a .keras model (a .keras file is a zip archive)",
+                            _KERAS_FILE_ALLOWED)
+    return path
+
+
+_KERAS_FILE_ALLOWED = "give a model saved with model.save('name.keras'), or a CaiT variant name"
 
 
 def is_cait(model):

@@ -9,10 +9,15 @@ PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 
 
 def check_precision(precision, auto=False):
-    """`precision`, with "auto" (where allowed) resolved by `default_precision` and said."""
+    """`precision`, after checking it is a dtype policy a run takes ("auto" too, with `auto`)."""
     allowed = ("auto", *PRECISIONS) if auto else PRECISIONS
     if precision not in allowed:
         raise RunError("precision", precision, f"must be one of {', '.join(allowed)}", usage=True)
+    return precision
+
+
+def resolved_precision(precision):
+    """`precision` (checked), with "auto" resolved by `default_precision` and said."""
     if precision != "auto":
         return precision
     precision, why = default_precision()

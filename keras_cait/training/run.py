@@ -39,12 +39,13 @@ summary) and `run_errors` (`RunError`).
 
 import dataclasses
 import functools
+import inspect
 import os
 import warnings
 
 import keras
 
-from keras_cait.errors import Named, counted, say
+from keras_cait.errors import Named, counted, quiet, report, say
 from keras_cait.images.decoder_messages import decoder_messages_dropped
 from keras_cait.images.evaluation_transform import check_crop_pct
 from keras_cait.io.atomic import written_atomically
@@ -65,7 +66,7 @@ from keras_cait.training import (
     transfer,
 )
 from keras_cait.training.callbacks import save_model
-from keras_cait.training.precision import PRECISIONS, check_precision, default_precision
+from keras_cait.training.precision import PRECISIONS, check_precision, default_precision, resolved_precision
 from keras_cait.training.recipe import RECIPES, RecipeName
 from keras_cait.training.run_errors import RunError, about
 from keras_cait.training.run_plan import compile_for
@@ -120,14 +121,37 @@ def _decoder_messages_dropped(run_function):
     standard error while it runs: a bad file is named in keras_cait's words (`keras_cait.decoder_messages`)."""
 
     @functools.wraps(run_function)
-    def quiet(*args, **kwargs):
+    def decoders_quiet(*args, **kwargs):
         with decoder_messages_dropped():
             return run_function(*args, **kwargs)
 
-    return quiet
+    return decoders_quiet
+
+
+VERBOSE = (0, 1, 2, "auto")  # Keras' fit and evaluate: silent, a progress bar, a line per epoch, 1 (2 off a terminal)
+
+
+def _said_at_verbose(run_function):
+    """`run_function` with its `verbose` checked first, and at verbose=0 none of its lines said."""
+    signature = inspect.signature(run_function)
+
+    @functools.wraps(run_function)
+    def said(*args, **kwargs):
+        try:
+            verbose = signature.bind(*args, **kwargs).arguments.get("verbose", signature.parameters["verbose"].default)
+        except TypeError:  # arguments the function refuses itself, as Python does
+            return run_function(*args, **kwargs)
+        if isinstance(verbose, bool) or verbose not in VERBOSE:
+            raise RunError("verbose", verbose, "must be 0 (silent), 1 (a progress bar), 2 (a line per epoch) or 'auto'",
+                           ["e.g. ", Named("verbose", 2)], usage=True)
+        with quiet(verbose == 0):
+            return run_function(*args, **kwargs)
+
+    return said
 
 
 @_decoder_messages_dropped
+@_said_at_verbose
 @run_state.process_state_kept
 def train(model, data, output_dir, *, recipe=None, val_data=None, class_names=None, tfds_dir=None,
           image_size=224, crop_pct=1.0, precision="auto", strategy="none", seed=0,
@@ -148,6 +172,9 @@ def train(model, data, output_dir, *, recipe=None, val_data=None, class_names=No
         strategy: "none", "mirrored", "multiworker" or "dataparallel" (`training.distribute`).
         teacher: with a distilling recipe, a .keras path, a keras.applications name or a model.
         backup_every: steps between backups of the whole training state.
+        verbose: Keras' (0: silent, 1: a progress bar, 2: a line per epoch, "auto"); at 0 the run
+            says none of its own lines either (its plan, stages, precision), only the notices of
+            what it changed of its input (a batch lowered, files it does not read).
         fit_batch_to_data: lower a recipe's batch larger than the training images to what they
             fill (said), rather than raise `RunError`. None (the default): when `recipe` is not
             given, as the command line does when --batch-size is not typed; a recipe given keeps
@@ -156,6 +183,8 @@ def train(model, data, output_dir, *, recipe=None, val_data=None, class_names=No
     Returns:
         a `RunResult`: the model (final weights, class names attached) and the summary.
     """
+    if not isinstance(model, dict):  # a variant name (or a model), checked before anything is read
+        run_models.check_model(model)
     fit_batch_to_data = recipe is None if fit_batch_to_data is None else fit_batch_to_data
     recipe = run_plan.checked_recipe(recipe, RECIPES["deit"])
     check_crop_pct(crop_pct)
@@ -164,7 +193,7 @@ def train(model, data, output_dir, *, recipe=None, val_data=None, class_names=No
     run_plan.check_counts(seed=seed, backup_every=backup_every, shuffle_buffer=shuffle_buffer)
     run_plan.check_recipe(recipe, teacher, "train")
     run_models.check_teacher(teacher, recipe)
-    precision = check_precision(precision, auto=True)
+    precision = resolved_precision(check_precision(precision, auto=True))  # the checks done: said
     given = run_data.given
     settings = run_folder.settings(model=model, data=given(data), val_data=given(val_data), class_names=class_names,
                                    tfds_dir=tfds_dir, image_size=image_size, crop_pct=crop_pct, precision=precision,
@@ -183,9 +212,9 @@ def train(model, data, output_dir, *, recipe=None, val_data=None, class_names=No
         fitted = run_models.fitted(classifier, recipe, teacher)
     run.compile(fitted, jit_compile=jit_compile)
     train_images = data.train
-    print(f"Training {classifier.name} ({classifier.count_params() / 1e6:.1f}M parameters) from random weights at "
-          f"{image_size}x{image_size} on {counted(train_images.num_examples, 'image')} of "
-          f"{counted(train_images.num_classes, 'class', 'classes')}, {counted(recipe.epochs, 'epoch')}.", flush=True)
+    report(f"Training {classifier.name} ({classifier.count_params() / 1e6:.1f}M parameters) from random weights at "
+           f"{image_size}x{image_size} on {counted(train_images.num_examples, 'image')} of "
+           f"{counted(train_images.num_classes, 'class', 'classes')}, {counted(recipe.epochs, 'epoch')}.")
     run.announce()
     run.fit(fitted, "train", recipe.epochs, seed, image_size, run.validation(image_size, crop_pct),
             backup_every, shuffle_buffer, cache)
@@ -202,6 +231,7 @@ def say_scratch_chosen():
 
 
 @_decoder_messages_dropped
+@_said_at_verbose
 @run_state.process_state_kept
 def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_data=None, val_fraction=None,
              class_names=None, tfds_dir=None, image_size=None, crop_pct=1.0, precision="auto",
@@ -226,14 +256,13 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
     Returns:
         a `RunResult`: the model (final weights, class names attached) and the summary.
     """
+    run_models.check_model(model)  # first, as the arguments come, and before anything is read
     fit_batch_to_data = recipe is None if fit_batch_to_data is None else fit_batch_to_data
     with about("weights", weights):
         random_weights = not isinstance(model, keras.Model) and not is_keras_file(model) and (
             checked_weights(weights) is None)
-    if recipe is None and random_weights:
-        recipe = RECIPES["scratch"]
-        say_scratch_chosen()
-    recipe = run_plan.checked_recipe(recipe, RECIPES["transfer"])
+    scratch_chosen = recipe is None and random_weights
+    recipe = run_plan.checked_recipe(RECIPES["scratch"] if scratch_chosen else recipe, RECIPES["transfer"])
     check_crop_pct(crop_pct)
     with about("image_size", image_size):
         image_size = None if image_size is None else checked_image_size(image_size)
@@ -242,6 +271,9 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
     run_models.check_teacher(teacher, recipe)
     val_fraction = run_data.validation_fraction(val_data, val_fraction)
     precision = check_precision(precision, auto=True)
+    if scratch_chosen:  # the checks done: what the run chose said
+        say_scratch_chosen()
+    precision = resolved_precision(precision)
     given = run_data.given
     settings = run_folder.settings(model=given(model), weights=given(weights), data=given(data),
                                    val_data=given(val_data), val_fraction=val_fraction, class_names=class_names,
@@ -265,11 +297,9 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
     run.announce()
     stages = bool(recipe.head_epochs) + bool(recipe.epochs)
     if recipe.head_epochs:
-        print(f"Stage 1 of {stages}: the new head alone, backbone frozen, {counted(recipe.head_epochs, 'epoch')}",
-              flush=True)
+        report(f"Stage 1 of {stages}: the new head alone, backbone frozen, {counted(recipe.head_epochs, 'epoch')}")
         if run.record.finished("head") and os.path.exists(head_weights):
-            print(f"Stage 1 done in an earlier run: the head is loaded from {head_weights}, not trained again.",
-                  flush=True)
+            report(f"Stage 1 done in an earlier run: the head is loaded from {head_weights}, not trained again.")
             classifier.load_weights(head_weights)
         else:
             transfer.set_backbone_trainable(classifier, False)
@@ -283,7 +313,7 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
     if recipe.epochs:
         stage = (f"LoRA of rank {lora_rank} on the attention projections, and the head" if lora_rank
                  else "the whole network")
-        print(f"Stage {stages} of {stages}: {stage}, {counted(recipe.epochs, 'epoch')}", flush=True)
+        report(f"Stage {stages} of {stages}: {stage}, {counted(recipe.epochs, 'epoch')}")
         with distribution.scope():
             if lora_rank:
                 run_folder.check_lora_can_start(run.output_dir)
@@ -302,6 +332,7 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
 
 
 @_decoder_messages_dropped
+@_said_at_verbose
 @run_state.process_state_kept
 def evaluate(model, data, *, weights="imagenet", class_names=None, tfds_dir=None, image_size=None,
              crop_pct=1.0, batch_size=64, precision="float32", verbose=1):
@@ -318,6 +349,7 @@ def evaluate(model, data, *, weights="imagenet", class_names=None, tfds_dir=None
         a `RunResult`: the model evaluated (under `precision`) and the summary `{"top1": ...,
         "top5": ... (above 5 classes), "images": N}`.
     """
+    run_models.check_model(model)
     check_precision(precision)
     check_crop_pct(crop_pct)
     run_plan.check_counts(batch_size=batch_size)

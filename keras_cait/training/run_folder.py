@@ -13,7 +13,7 @@ import sys
 
 import keras
 
-from keras_cait.errors import Named, counted, say
+from keras_cait.errors import Named, counted, report, say
 from keras_cait.training import image_checks, resume, stream
 from keras_cait.training.callbacks import best_record_path, run_callbacks, tensorboard_installed
 from keras_cait.training.recipe import RECIPES
@@ -41,8 +41,8 @@ class Run:
 
     def announce(self):
         if not tensorboard_installed():
-            print('No TensorBoard logs: the tensorboard package is not installed (pip install '
-                  '"keras-cait[train]" to have them in logs/).', flush=True)
+            report('No TensorBoard logs: the tensorboard package is not installed (pip install '
+                   '"keras-cait[train]" to have them in logs/).')
         replicas, steps = self.distribution.replicas, self.plan.steps
         say(f"{counted(replicas, 'replica')} (", Named("strategy", self.distribution.name),
             f"), global batch {self.plan.global_batch} ({self.recipe.batch_size} per replica), "
@@ -71,8 +71,8 @@ class Run:
         def stream_from(step):
             if step and stage not in self.resumed:  # the first stream of the fit: where it resumes
                 self.resumed[stage] = step
-                print(f"Resuming {stage} from the backup at step {step} of "
-                      f"{epochs * self.plan.steps} in {backup.backup_dir}", flush=True)
+                report(f"Resuming {stage} from the backup at step {step} of "
+                       f"{epochs * self.plan.steps} in {backup.backup_dir}")
             return stream.training_stream(
                 self.data.train, augmentation, self.plan.global_batch, epochs, seed=seed, start_step=step,
                 shuffle_buffer=shuffle_buffer, cache=cache)
@@ -102,8 +102,8 @@ class Run:
             else:
                 kept = (f"backed up at step {backup.saved_step} in {backup.backup_dir}, where the same call again "
                         "resumes it")
-            print(f"\nInterrupted in the {stage} stage at step {backup.step} of {epochs * self.plan.steps} (epoch "
-                  f"{epoch} of {epochs}); {kept}.", flush=True)
+            report(f"\nInterrupted in the {stage} stage at step {backup.step} of {epochs * self.plan.steps} (epoch "
+                   f"{epoch} of {epochs}); {kept}.")
             raise
 
     def summary(self, finished_earlier=False):
@@ -115,8 +115,8 @@ class Run:
 
     def finished_earlier(self, model_path):
         """The model at `model_path` of a run that finished before, said, and the run's summary."""
-        print(f"{self.output_dir} holds this run, finished earlier with the same settings: nothing to train. "
-              "Give another output folder (or delete this one) to train again.", flush=True)
+        report(f"{self.output_dir} holds this run, finished earlier with the same settings: nothing to train. "
+               "Give another output folder (or delete this one) to train again.")
         import keras_cait  # noqa: F401  registers CaiT's layers with Keras
 
         return keras.models.load_model(model_path), self.summary(finished_earlier=True)
@@ -171,13 +171,13 @@ def _summary(output_dir, finished_earlier=False, resumed=None):
 def _print_summary(summary):
     """Where the files went, and the best validation accuracy."""
     output_dir = summary["output_dir"]
-    print(f"\nDone. In {output_dir}:")
+    report(f"\nDone. In {output_dir}:")
     for name, what in summary["files"].items():
         if name == "logs":
             what += " (tensorboard --logdir " + shlex.quote(os.path.join(output_dir, "logs")) + ")"
         elif name == "best.keras":
             what += " (below)"
-        print(f"  {name:<16} {what}")
+        report(f"  {name:<16} {what}")
     best = summary["best"]
     if best and "monitor" in best:
         stage = {"head": " of the head-only stage", "full": " of the whole-network stage",
@@ -185,5 +185,5 @@ def _print_summary(summary):
         name = {"val_accuracy": "validation accuracy", "loss": "training loss (no validation data)"}.get(
             best["monitor"], best["monitor"])
         value = f"{best['value']:.2%}" if best["monitor"].endswith("accuracy") else f"{best['value']:.4g}"
-        print(f"Best {name}: {value} at epoch {best['epoch']}{stage} (best.keras).")
+        report(f"Best {name}: {value} at epoch {best['epoch']}{stage} (best.keras).")
     sys.stdout.flush()

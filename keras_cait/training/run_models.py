@@ -6,6 +6,7 @@ import os
 import keras
 
 from keras_cait.errors import Named, listed, quietly_caused
+from keras_cait.models import loader
 from keras_cait.models.architecture import build_cait, with_class_names
 from keras_cait.models.class_names import class_count
 from keras_cait.models.loader import image_side, is_keras_file, load_classifier, read_keras_file
@@ -91,6 +92,13 @@ def fitted(model, recipe, teacher):
     softmax = getattr(teacher.layers[-1], "activation", None) is keras.activations.softmax
     return Distiller(model, teacher, recipe.distillation_type, recipe.distillation_alpha,
                      recipe.distillation_tau, teacher_from_logits=not softmax)
+
+
+def check_model(model):
+    """`model` of a run, checked before anything is read or said (`keras_cait.models.loader.check_model`:
+    a name no variant has, a .keras path that is no file, a run's folder); a `RunError` naming it."""
+    with about("model", model):
+        loader.check_model(model)
 
 
 def load(model, **options):

@@ -103,6 +103,7 @@ def fit_batch(recipe, distribution, data):
     if distribution.global_batch_size(recipe.batch_size) <= data.train.num_examples:
         return recipe
     fits = _batch_that_fits(distribution, data)
+    # A notice of what the run changed of its input: said at verbose=0 too, as the files not read are.
     print(f"Batch {recipe.batch_size} per replica is more than the {data.train.num_examples} training images "
           f"fill: batch {fits} instead (the learning rate scales with it).", flush=True)
     return recipe.replace(batch_size=fits)

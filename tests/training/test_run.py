@@ -86,7 +86,7 @@ def test_a_python_finetune_returns_the_model_with_its_classes_and_a_summary(
     model_path, data_dir = tiny_run
     recipe = RECIPES["transfer"].replace(batch_size=10, head_epochs=1, epochs=1)
     result = run.finetune(model_path, data_dir, tmp_path / "run", recipe=recipe, precision="float32",
-                          val_fraction=0, verbose=0)
+                          val_fraction=0, verbose=2)
     said = capsys.readouterr().out
     assert "No TensorBoard logs: the tensorboard package is not installed" in said
     # The run's plan in the caller's words (the command line's: `--strategy none`, tests/cli/test_train_defaults.py).
@@ -177,14 +177,15 @@ def test_the_precision_chosen_is_said_in_the_callers_words(capsys):
     from keras_cait.cli.errors import flag_name
     from keras_cait.errors import speaking
 
-    chosen = precision.check_precision("auto", auto=True)
+    assert precision.check_precision("auto", auto=True) == "auto" and not capsys.readouterr().out  # checked only
+    chosen = precision.resolved_precision("auto")
     said = capsys.readouterr().out
     assert said.startswith(f"Precision {chosen} (") and "; precision chooses another)." in said
     assert "--" not in said
     with speaking(flag_name):
-        precision.check_precision("auto", auto=True)
+        precision.resolved_precision("auto")
     assert "; --precision chooses another)." in capsys.readouterr().out
-    assert precision.check_precision("float32", auto=True) == "float32" and not capsys.readouterr().out
+    assert precision.resolved_precision("float32") == "float32" and not capsys.readouterr().out
 
 
 def test_a_start_refused_once_the_data_are_read_writes_nothing_and_the_corrected_rerun_runs(
@@ -517,3 +518,44 @@ def test_a_run_error_is_one_traceback_with_its_message_once(call, message, digit
     assert "direct cause" not in shown and "During handling" not in shown
     assert error.cause is not None and error.__cause__ is None
     assert not (tmp_path / "run").exists()
+
+
+
+@pytest.mark.large
+def test_a_run_at_verbose_0_says_nothing_and_at_2_says_its_lines(tiny_run, tmp_path, policy, capsys):
+    model_path, data_dir = tiny_run
+    recipe = RECIPES["transfer"].replace(batch_size=10, head_epochs=1, epochs=1)
+    for verbose in (0, 2):
+        run.finetune(model_path, data_dir, tmp_path / f"run{verbose}", recipe=recipe, val_fraction=0, verbose=verbose)
+        said = capsys.readouterr().out
+        if verbose == 0:
+            assert said == ""
+        else:  # the precision it chose, its plan, its stages, an epoch's line
+            assert "Precision " in said and "global batch 10" in said and "Stage 2 of 2" in said, said
+            assert "loss:" in said
+
+
+@pytest.mark.parametrize("model, words", [
+    ("XXS25", "model='XXS25': unknown CaiT model"),
+    ("{tmp}/missing.keras", "model='{tmp}/missing.keras': no such file"),
+    ("{tmp}/done", "model='{tmp}/done': is a folder; give a .keras model in it, e.g. model='{tmp}/done/best.keras'"),
+])
+def test_a_run_checks_its_model_first_and_says_nothing_before(model, words, digits, tmp_path, capsys):
+    """Before its data are read and before any line (the recipe and precision it chose): a wrong
+    `model` is the first thing said, even beside `weights=None` (which a .keras file refuses)."""
+    data_dir = digits(tmp_path / "photos", per_class=2, size=8, classes=range(2))
+    (tmp_path / "done").mkdir()
+    (tmp_path / "done" / "best.keras").write_bytes(b"")
+    with pytest.raises(run.RunError) as raised:
+        run.finetune(model.format(tmp=tmp_path), data_dir, tmp_path / "run", weights=None, precision="auto")
+    assert str(raised.value).startswith(words.format(tmp=tmp_path))
+    assert capsys.readouterr().out == ""
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("verbose", ["yes", 5, -1, True])
+def test_a_run_refuses_a_verbose_keras_does_not_take(verbose, tmp_path):
+    with pytest.raises(run.RunError) as raised:
+        run.evaluate("XXS24", tmp_path, weights=None, verbose=verbose)
+    assert str(raised.value).startswith(f"verbose={verbose!r}: must be 0 (silent), 1 (a progress bar), 2 (a line "
+                                        "per epoch) or 'auto'")
