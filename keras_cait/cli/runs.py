@@ -45,10 +45,13 @@ _HEAD_KNOBS = ("head_epochs", "head_lr", "keep_head")
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Each flag's help ends with its default, unless the help says the default itself (one
-    chosen as the command runs: `--verbose`, `--shuffle-buffer`)."""
+    chosen as the command runs: `--verbose`, `--shuffle-buffer`), the flag is required, or it has
+    none (None: the flag's help says what leaving it out does)."""
 
     def _get_help_string(self, action):
-        return action.help if "(default:" in (action.help or "") else super()._get_help_string(action)
+        if "(default:" in (action.help or "") or action.required or action.default is None:
+            return action.help
+        return super()._get_help_string(action)
 
 
 def _parser(description, command):

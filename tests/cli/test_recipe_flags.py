@@ -68,6 +68,9 @@ def test_help_shows_the_recipe_values(command, name, capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert f"recipe {name}:" in text
     for knob in knobs(command):
+        if getattr(RECIPES[name], knob) is None:  # no default: the help says what leaving it out does
+            assert re.search(re.escape(flag(knob)) + r" [A-Z0-9_]+ (?:(?! --[a-z]).)*?when not given", text), knob
+            continue
         # The option's own line: the flag, then its metavar, choices or --no- form (not a mention
         # of the flag in another option's help, nor the usage line's "[--flag ...]").
         listed = re.search(r"(?<!\[)" + re.escape(flag(knob)) + r"(?: [A-Z0-9_]+| \{[^}]*\}|, --no-[a-z-]+)+ "

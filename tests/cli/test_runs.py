@@ -21,6 +21,14 @@ def test_evaluate_help_shows_the_defaults():
         assert fragment in text
 
 
+@pytest.mark.parametrize("command", ["train", "finetune", "evaluate"])
+def test_help_shows_no_default_of_none_nor_of_a_required_flag_and_says_verbose_s(command):
+    text = " ".join(getattr(runs, f"{command}_parser")().format_help().split())
+    assert "(default: None)" not in text
+    off_terminal = {"evaluate": 0}.get(command, 2)
+    assert f"0 none (default: 1 on a terminal, {off_terminal} into a file or pipe)" in text
+
+
 @pytest.mark.parametrize("terminal", [True, False])
 def test_verbose_not_given_is_the_bar_on_a_terminal_and_lines_or_nothing_into_a_file(monkeypatch, terminal):
     """Keras' bar redraws itself with carriage returns and colour codes: into a file or a pipe, train and

@@ -359,6 +359,8 @@ def test_a_recipe_is_given_as_a_recipe_or_its_name_and_anything_else_is_refused_
 
 @pytest.mark.parametrize("command, argument, value, problem", [
     ("train", "seed", "a", "must be an integer of at least 0, not str; e.g. seed=0"),
+    ("train", "seed", None, "must be an integer of at least 0, not NoneType; e.g. seed=0"),
+    ("train", "backup_every", True, "must be an integer of at least 1, not bool; e.g. backup_every=1000"),
     ("train", "backup_every", 0, "must be an integer of at least 1; e.g. backup_every=1000"),
     ("train", "shuffle_buffer", 0, "must be an integer of at least 1; e.g. shuffle_buffer=10000"),
     ("finetune", "lora_rank", -1, "must be an integer of at least 0; e.g. lora_rank=8"),
@@ -559,3 +561,15 @@ def test_a_run_refuses_a_verbose_keras_does_not_take(verbose, tmp_path):
         run.evaluate("XXS24", tmp_path, weights=None, verbose=verbose)
     assert str(raised.value).startswith(f"verbose={verbose!r}: must be 0 (silent), 1 (a progress bar), 2 (a line "
                                         "per epoch) or 'auto'")
+
+
+
+def test_the_scratch_recipe_chosen_is_said_once_in_python_s_words(digits, tmp_path, monkeypatch, capsys):
+    data_dir = digits(tmp_path / "photos", per_class=3, size=8, classes=range(3))
+    _refuse_models(monkeypatch)
+    with pytest.raises(AssertionError, match="was reached"):
+        run.finetune("XXS24", data_dir, tmp_path / "run", weights=None, val_fraction=0, verbose=1)
+    line = ("weights=None: random weights, so the run trains with recipe=RECIPES['scratch'], the recipe that learns "
+            "from them on a small folder (recipe=RECIPES['transfer'] fine-tunes pretrained ones; give recipe to "
+            "choose another).\n")
+    assert capsys.readouterr().out.count(line) == 1

@@ -71,6 +71,12 @@ def test_the_teacher_the_messages_suggest_is_one_the_run_takes():
     suggested = re.search(r"teacher='(\w+)'", str(raised.value)).group(1)
     run_models.check_teacher(suggested, distilling)  # taken
     assert callable(getattr(keras.applications, suggested))
+    # Every message that suggests a teacher suggests that one.
+    for wrong, problem in (("NoSuchNet", "neither a .keras file nor a keras.applications model"),
+                           ("gone.keras", "no such file")):
+        with pytest.raises(RunError) as raised:
+            run_models.check_teacher(wrong, distilling)
+        assert problem in str(raised.value) and f"teacher='{suggested}'" in str(raised.value)
 
 
 def test_a_keras_applications_teacher_whose_weights_cannot_download_is_refused_naming_teacher(monkeypatch):
