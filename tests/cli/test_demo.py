@@ -34,8 +34,10 @@ def test_the_demo_reaches_its_accuracy_end_to_end_offline(tmp_path):
     stdout = finished.stdout
     summary = json.loads((out / "summary.json").read_text())
 
-    # It trains with progress bars and reports both accuracies, far above chance (10%).
+    # It trains, a line per epoch into the pipe (no bar's carriage returns or colour codes), and
+    # reports both accuracies, far above chance (10%).
     assert "Epoch 1/" in stdout and "val_accuracy" in stdout
+    assert "\r" not in stdout and "\x1b[" not in stdout
     assert summary["init"] == "scratch" and not summary["small"]
     assert summary["epochs"] == demo.STARTS["scratch"].epochs
     assert f"validation accuracy: {summary['validation_accuracy']:.1%}" in stdout

@@ -536,3 +536,14 @@ def test_weights_holding_nan_or_inf_are_refused_naming_the_tensor(
         np.testing.assert_array_equal(weight.numpy(), kept)  # nothing was assigned
     load_weights_file(model, path, allow_nonfinite=True)
     assert not np.isfinite(logits(model, timm_reference.images(1, timm_reference.tiny_size))).all()
+
+
+def test_timm_s_block_i_maps_to_the_i_th_self_attention_block_past_ten():
+    """timm's `blocks.10` is the eleventh block, whose Keras name sorts before `..._2` as a string."""
+    from keras_cait.models.architecture import build_cait
+    from keras_cait.weights.convert import timm_key_map
+
+    model = build_cait(embed_dim=16, depth=12, num_heads=2, init_values=0.1, input_shape=(16, 16, 3), classes=3)
+    mapped = {key: variable.path for key, variable, _ in timm_key_map(model)}
+    for i in range(12):
+        assert mapped[f"blocks.{i}.attn.qkv.weight"].startswith(f"self_attention_block_{i}/"), (i, mapped)
