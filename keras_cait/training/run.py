@@ -185,6 +185,9 @@ def train(model, data, output_dir, *, recipe=None, val_data=None, class_names=No
     """
     if not isinstance(model, dict):  # a variant name (or a model), checked before anything is read
         run_models.check_model(model)
+    run_data.check_data("data", data)
+    if val_data is not None:
+        run_data.check_data("val_data", val_data)
     fit_batch_to_data = recipe is None if fit_batch_to_data is None else fit_batch_to_data
     recipe = run_plan.checked_recipe(recipe, RECIPES["deit"])
     check_crop_pct(crop_pct)
@@ -257,6 +260,9 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
         a `RunResult`: the model (final weights, class names attached) and the summary.
     """
     run_models.check_model(model)  # first, as the arguments come, and before anything is read
+    run_data.check_data("data", data)
+    if val_data is not None:
+        run_data.check_data("val_data", val_data)
     fit_batch_to_data = recipe is None if fit_batch_to_data is None else fit_batch_to_data
     with about("weights", weights):
         random_weights = not isinstance(model, keras.Model) and not is_keras_file(model) and (
@@ -350,6 +356,7 @@ def evaluate(model, data, *, weights="imagenet", class_names=None, tfds_dir=None
         "top5": ... (above 5 classes), "images": N}`.
     """
     run_models.check_model(model)
+    run_data.check_data("data", data)
     check_precision(precision)
     check_crop_pct(crop_pct)
     run_plan.check_counts(batch_size=batch_size)

@@ -46,10 +46,23 @@ def shown(data):
     return "<ImageSource>" if isinstance(data, sources.ImageSource) else os.fspath(data)
 
 
+def check_data(argument, data):
+    """`data` (or `val_data`) of a run, checked before anything is read or said: a path or spec, or
+    an `ImageSource`; a tf.data.Dataset or arrays, what `model.fit` takes, are refused naming it."""
+    if isinstance(data, (str, os.PathLike, sources.ImageSource)):
+        return
+    kind = type(data).__name__
+    raise RunError(argument, data, f"a run reads images from files, not from a {kind}",
+                   "give a folder of class subfolders, 'tfrecord:PATTERN', 'tfds:NAME:SPLIT' or a "
+                   "keras_cait.training.sources.ImageSource; a tf.data.Dataset or arrays of your own train "
+                   "with model.fit (the README's 'Fine-tune with model.fit')", usage=True, shown=f"<{kind}>")
+
+
 def open_source(argument, data, class_names, tfds_dir):
     """The source of `data`; the files of its class folders that are not read, said."""
     if isinstance(data, sources.ImageSource):
         return data
+    check_data(argument, data)
     with about(argument, os.fspath(data), ValueError, ImportError, FileNotFoundError):
         source = sources.source(data, class_names, tfds_dir)
     skipped = sources.skipped_files(f"{argument}={shown(data)!r}", source)

@@ -573,3 +573,25 @@ def test_the_scratch_recipe_chosen_is_said_once_in_python_s_words(digits, tmp_pa
             "from them on a small folder (recipe=RECIPES['transfer'] fine-tunes pretrained ones; give recipe to "
             "choose another).\n")
     assert capsys.readouterr().out.count(line) == 1
+
+
+
+@pytest.mark.parametrize("data", [
+    lambda: __import__("tensorflow").data.Dataset.range(3),
+    lambda: (np.zeros((2, 8, 8, 3)), np.zeros(2)),
+    lambda: None,
+])
+@pytest.mark.parametrize("command", ["train", "finetune", "evaluate"])
+def test_data_a_run_cannot_read_is_refused_first_saying_model_fit_takes_it(command, data, tmp_path, capsys):
+    data = data()
+    kind = type(data).__name__
+    with pytest.raises(run.RunError) as raised:
+        if command == "train":
+            run.train("XXS24", data, tmp_path / "run")
+        elif command == "finetune":
+            run.finetune("XXS24", data, tmp_path / "run", weights=None)
+        else:
+            run.evaluate("XXS24", data, weights=None)
+    assert str(raised.value).startswith(f"data=<{kind}>: a run reads images from files, not from a {kind}; ")
+    assert "model.fit" in str(raised.value) and raised.value.argument == "data"
+    assert capsys.readouterr().out == "" and not (tmp_path / "run").exists()
