@@ -2,7 +2,6 @@
 
 import tensorflow as tf
 
-from keras_cait.io.atomic import written_atomically
 from keras_cait.export.core import (
     check_file,
     check_quantization,
@@ -13,6 +12,8 @@ from keras_cait.export.core import (
 )
 from keras_cait.export.formats import by_exporter
 from keras_cait.export.inference_graph import InferenceGraph
+from keras_cait.io.atomic import written_atomically
+from keras_cait.models.loader import check_model_object
 
 FORMAT = by_exporter("export_litert")
 
@@ -36,6 +37,7 @@ def export_litert(model, path, *, quantization=None, overwrite=False):
     converter's "Ignored output_format." notices are kept off standard error.
     """
     require_tensorflow_backend("export_litert")
+    check_model_object(model, "export_litert")
     check_file(path, FORMAT.suffix, overwrite)
     check_quantization(path, quantization)
     converter_options = {}

@@ -10,7 +10,6 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_cait.io.atomic import written_atomically
 from keras_cait.errors import ArgumentError, Named, require_extra
 from keras_cait.export.core import (
     check_file,
@@ -22,6 +21,8 @@ from keras_cait.export.core import (
 )
 from keras_cait.export.formats import by_exporter
 from keras_cait.export.inference_graph import InferenceGraph
+from keras_cait.io.atomic import written_atomically
+from keras_cait.models.loader import check_model_object
 
 FORMAT = by_exporter("export_onnx")
 
@@ -68,6 +69,7 @@ def export_onnx(model, path, *, quantization=None, overwrite=False, opset_versio
     from the conversion are kept off standard error.
     """
     require_tensorflow_backend("export_onnx")
+    check_model_object(model, "export_onnx")
     check_file(path, FORMAT.suffix, overwrite)
     check_quantization(path, quantization)
     require_extra(FORMAT.exporter, FORMAT.extra, "onnx", "tf2onnx")

@@ -9,7 +9,6 @@ import warnings
 
 import numpy as np
 
-from keras_cait.io.atomic import written_atomically
 from keras_cait.errors import ArgumentError, Named, require_extra
 from keras_cait.export.core import (
     check_file,
@@ -20,6 +19,8 @@ from keras_cait.export.core import (
 )
 from keras_cait.export.formats import CALIBRATION_SIZE, by_exporter
 from keras_cait.export.inference_graph import InferenceGraph
+from keras_cait.io.atomic import written_atomically
+from keras_cait.models.loader import check_model_object
 
 FORMAT = by_exporter("export_openvino")
 # What stays float in int8 (docs/export.md, "OpenVINO int8 with NNCF"): the roles of `matmul_roles`
@@ -96,6 +97,7 @@ def export_openvino(model, path, *, quantization=None, calibration=None, calibra
         probabilities = compiled(images)[0]
     """
     require_tensorflow_backend("export_openvino")
+    check_model_object(model, "export_openvino")
     check_file(path, FORMAT.suffix, overwrite)
     weights_path = os.fspath(path).removesuffix(FORMAT.suffix) + ".bin"
     check_file(weights_path, ".bin", overwrite)

@@ -51,6 +51,7 @@ from keras_cait.images.evaluation_transform import (
 )
 from keras_cait.io.atomic import written_atomically
 from keras_cait.models.class_names import checked_class_names, class_count, class_names_of
+from keras_cait.models.loader import check_model_object
 
 
 @renamed_keywords(precision="compute_dtype")
@@ -97,6 +98,7 @@ def export_saved_model(
     would try to load. Returns `path`.
     """
     require_tensorflow_backend("export_saved_model")
+    check_model_object(model, "export_saved_model")
     height, width, classes = _classifier_shape(model)
     _check_takes_pixels(model)
     check_version_folder(path, overwrite)  # the arguments in their order: the model, then the path

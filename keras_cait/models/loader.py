@@ -138,6 +138,21 @@ def check_model(model, argument="model"):
     parse_model_name(model, argument=argument)
 
 
+def check_model_object(model, needed_by):
+    """`model` of `needed_by`, which takes a built Keras model (an exporter, `attention_maps`): a
+    name or a path is refused saying how to load it, anything else naming its type; an
+    `ArgumentError` naming `model`."""
+    if isinstance(model, keras.Model):
+        return
+    if isinstance(model, (str, os.PathLike)):
+        raise ArgumentError("model", os.fspath(model), f"{needed_by} takes a Keras model, not a name or a path",
+                            ["load it first: keras_cait.models.load_classifier(", repr(os.fspath(model)), ")"],
+                            usage=True)
+    raise ArgumentError("model", model, f"{needed_by} takes a Keras model, not a {type(model).__name__}",
+                        "give a keras.Model, e.g. keras_cait.CaiT_XXS24() or keras.models.load_model('name.keras')",
+                        usage=True, shown=f"<{type(model).__name__}>")
+
+
 def checked_dtype(dtype):
     """`dtype` as a `keras.DTypePolicy` (None stays None), or an `ArgumentError` naming the policies."""
     if dtype is None:

@@ -44,6 +44,17 @@ def test_an_export_without_its_extra_names_the_pip_install(row, model, tmp_path,
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("row", FORMATS, ids=lambda row: row.name)
+def test_every_exporter_given_a_path_for_its_model_says_to_load_it_and_writes_nothing(row, tmp_path):
+    """`keras-cait export --model final.keras` takes a path; the Python exporters take the model."""
+    path = tmp_path / ("cait/1" if not row.suffix else f"cait{row.suffix}")
+    with pytest.raises(ArgumentError) as raised:
+        row.load()("runs/x/final.keras", path)
+    assert str(raised.value) == (f"model='runs/x/final.keras': {row.exporter} takes a Keras model, not a name or a "
+                                 "path; load it first: keras_cait.models.load_classifier('runs/x/final.keras')")
+    assert os.listdir(tmp_path) == []
+
+
 @pytest.mark.parametrize("name", ["model.pt", "cait.h5", "weights.safetensors", "serving/cait.pth"])
 def test_a_destination_whose_suffix_no_format_writes_is_refused_naming_the_suffixes(name, tmp_path):
     """Not taken for a TF Serving version folder (whose advice used to be all it got)."""

@@ -292,3 +292,20 @@ def test_the_jax_backend_gives_the_same_maps(tmp_path, model, images):
     got = np.load(tmp_path / "maps.npz")
     for i, value in enumerate(expected.class_attention + [expected.self_attention[-1]]):
         np.testing.assert_allclose(got[f"arr_{i}"], value, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda model, images: attention_maps("model.keras", images),
+     "model='model.keras': attention_maps takes a Keras model, not a name or a path; load it first: "
+     "keras_cait.models.load_classifier('model.keras')"),
+    (lambda model, images: attention_maps(images, model), "model=<ndarray>: attention_maps takes a Keras model, not "
+                                                          "a ndarray"),
+    (lambda model, images: attention_maps(model, images, batch_size=0), "batch_size=0: must be a positive integer"),
+    (lambda model, images: attention_maps(model, images, batch_size="2"), "batch_size='2': must be a positive integer"),
+])
+def test_a_model_or_batch_size_attention_maps_cannot_take_is_refused_naming_it(call, words, tiny_cait):
+    from keras_cait.errors import ArgumentError
+
+    with pytest.raises(ArgumentError) as raised:
+        call(tiny_cait(), np.zeros((1, *tiny_cait().input_shape[1:]), "float32"))
+    assert str(raised.value).startswith(words)
