@@ -22,7 +22,6 @@ import sys
 from keras_cait.cli.errors import (
     Parser,
     add_debug_flag,
-    check_writable_folder,
     fail,
     flag,
     flag_name,
@@ -257,8 +256,6 @@ def check_arguments(command, args):
     if args.class_names and not os.path.isfile(args.class_names):
         raise fail(f"--class-names {args.class_names}: no such file; give a text file with one "
                    "class name per line.")
-    if command != "evaluate":
-        check_writable_folder("--output-dir", args.output_dir)
 
 
 def _check_model(args):

@@ -188,6 +188,7 @@ def train(model, data, output_dir, *, recipe=None, val_data=None, class_names=No
     run_data.check_data("data", data)
     if val_data is not None:
         run_data.check_data("val_data", val_data)
+    run_folder.check_output_dir(output_dir)
     fit_batch_to_data = recipe is None if fit_batch_to_data is None else fit_batch_to_data
     recipe = run_plan.checked_recipe(recipe, RECIPES["deit"])
     check_crop_pct(crop_pct)
@@ -263,6 +264,7 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
     run_data.check_data("data", data)
     if val_data is not None:
         run_data.check_data("val_data", val_data)
+    run_folder.check_output_dir(output_dir)
     fit_batch_to_data = recipe is None if fit_batch_to_data is None else fit_batch_to_data
     with about("weights", weights):
         random_weights = not isinstance(model, keras.Model) and not is_keras_file(model) and (

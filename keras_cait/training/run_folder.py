@@ -21,6 +21,24 @@ from keras_cait.training.run_errors import RunError
 from keras_cait.training.run_plan import Plan, compile_for, fit_batch
 
 
+def check_output_dir(output_dir):
+    """`output_dir` of a run, checked before anything is read: a folder, or one that can be made, this
+    process writes in (the nearest part of it that exists decides); else a `RunError` naming it."""
+    if not isinstance(output_dir, (str, os.PathLike)):
+        raise RunError("output_dir", output_dir, f"must be a folder's path, not {type(output_dir).__name__}",
+                       ["e.g. ", Named("output_dir", "runs/flowers")], usage=True)
+    folder = os.path.abspath(output_dir)
+    existing = folder
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        where = "is a file" if existing == folder else f"is inside the file {existing}"
+        raise RunError("output_dir", os.fspath(output_dir), f"{where}, not a folder", "choose another folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise RunError("output_dir", os.fspath(output_dir), f"cannot write in {existing} (permission denied)",
+                       "choose a folder you can write to, or fix its permissions")
+
+
 class Run:
     """One run's folder, record, plan and stages: what train and finetune share."""
 

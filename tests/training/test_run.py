@@ -595,3 +595,16 @@ def test_data_a_run_cannot_read_is_refused_first_saying_model_fit_takes_it(comma
     assert str(raised.value).startswith(f"data=<{kind}>: a run reads images from files, not from a {kind}; ")
     assert "model.fit" in str(raised.value) and raised.value.argument == "data"
     assert capsys.readouterr().out == "" and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("where", ["file", "inside"])
+def test_an_output_dir_that_is_a_file_is_refused_first_naming_it(where, digits, tmp_path, capsys):
+    data_dir = digits(tmp_path / "photos", per_class=2, size=8, classes=range(2))
+    afile = tmp_path / "single.png"
+    afile.write_bytes(b"x")
+    output_dir = afile if where == "file" else afile / "run"
+    with pytest.raises(run.RunError) as raised:
+        run.finetune("XXS24", data_dir, output_dir, weights=None)
+    problem = "is a file" if where == "file" else f"is inside the file {afile}"
+    assert str(raised.value) == f"output_dir={str(output_dir)!r}: {problem}, not a folder; choose another folder"
+    assert capsys.readouterr().out == "" and afile.read_bytes() == b"x"
