@@ -6,13 +6,12 @@ import contextlib
 import functools
 import os
 import re
-import threading
 
 import keras
 import tensorflow as tf
 
 from keras_cait.errors import ArgumentError, Named, Said
-from keras_cait.io.stderr import drop_startup_info, flush_stderr, write_all
+from keras_cait.io.stderr import drop_startup_info, stderr_through, write_all
 from keras_cait.export.formats import file_formats, folder_format, format_of, listed
 from keras_cait.export.inference_graph import InferenceGraph, folds
 from keras_cait.models.surgery import merge_lora, with_dtype_policy
@@ -107,11 +106,15 @@ def check_version_folder(path, overwrite):
     path = os.fspath(path)
     base, version = os.path.split(os.path.normpath(path))
     if not re.fullmatch(r"[1-9][0-9]*", version):
-        canonical = version.isascii() and version.isdigit() and int(version) > 0
-        example = os.path.join(base, str(int(version))) if canonical else os.path.join(path, "1")
+        numeral = version.isascii() and version.isdigit()
+        suffix = os.path.splitext(version)[1]
+        writer = next((row.exporter for row in file_formats() if suffix and row.suffix == suffix),
+                      "model.save" if suffix == ".keras" else None)
+        example = os.path.join(base if numeral or writer else path, str(max(1, int(version))) if numeral else "1")
         raise ArgumentError(
             "path", path, "TF Serving loads numbered version folders, so the last folder must be a positive "
-            f"integer without leading zeros", f"e.g. {example!r}", usage=True)
+            "integer without leading zeros", [f"e.g. {example!r}"] + (
+                [f"; a {suffix} file is {writer}'s"] if writer else []), usage=True)
     numbered = [name for name in os.listdir(base or ".") if name.isdigit()] if os.path.isdir(base or ".") else []
     twins = [name for name in numbered if int(name) == int(version) and name != version]
     if twins:
@@ -156,31 +159,8 @@ def converter_info_dropped():
     if os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "0":
         yield
         return
-    try:
-        original = os.dup(2)
-    except OSError:  # no standard error (a daemon, a closed descriptor): nothing to tidy
+    with stderr_through(_forward_kept, "keras_cait-converter-info"):
         yield
-        return
-    try:
-        read_end, write_end = os.pipe()
-    except OSError:
-        os.close(original)
-        yield
-        return
-    flush_stderr()
-    os.dup2(write_end, 2)
-    os.close(write_end)
-    forwarder = threading.Thread(target=_forward_kept, args=(read_end, original), daemon=True,
-                                 name="keras_cait-converter-info")
-    forwarder.start()
-    try:
-        yield
-    finally:
-        flush_stderr()
-        os.dup2(original, 2)  # the pipe's last writer is gone: the forwarder reads to its end
-        forwarder.join(timeout=10)
-        if not forwarder.is_alive():  # else a child process still holds the pipe, and the thread the fd
-            os.close(original)
 
 
 def converter_lines_kept(lines):

@@ -12,12 +12,10 @@ through a pipe; a thread writes every line on to the real standard error, in ord
 those. Everything else (Python's warnings and tracebacks, TensorFlow's other records) passes.
 """
 
-import contextlib
 import os
 import re
-import threading
 
-from keras_cait.io.stderr import flush_stderr, write_all
+from keras_cait.io.stderr import stderr_through, write_all
 
 # libjpeg-turbo's messages (jerror.h) that decompression can print.
 _LIBJPEG = re.compile(
@@ -47,29 +45,9 @@ def decoder_message(line):
         source == b"local_rendezvous.cc" and b"INVALID_ARGUMENT" in text and bool(_DECODE_ERROR.search(text)))
 
 
-@contextlib.contextmanager
 def decoder_messages_dropped():
     """Runs its body with the decoders' messages removed from standard error (the module)."""
-    try:
-        original = os.dup(2)
-    except OSError:  # no standard error (a daemon, a closed descriptor): nothing to tidy
-        yield
-        return
-    read_end, write_end = os.pipe()
-    flush_stderr()
-    os.dup2(write_end, 2)
-    os.close(write_end)
-    forwarder = threading.Thread(target=_forward, args=(read_end, original), daemon=True,
-                                 name="keras_cait-decoder-messages")
-    forwarder.start()
-    try:
-        yield
-    finally:
-        flush_stderr()
-        os.dup2(original, 2)  # the pipe's last writer is gone: the forwarder reads to its end
-        forwarder.join(timeout=10)
-        if not forwarder.is_alive():  # else a child process still holds the pipe, and the thread the fd
-            os.close(original)
+    return stderr_through(_forward, "keras_cait-decoder-messages")
 
 
 def _forward(read_end, original):

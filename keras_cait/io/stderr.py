@@ -31,6 +31,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 
 # An Abseil INFO record: "I1123 12:06:39.297748    1887 port.cc:153] ...", whose seconds
 # are since the epoch ("I0000 00:00:1795435799.297748") before Abseil is initialised.
@@ -117,3 +118,35 @@ def write_all(fd, data):
             continue
         except OSError:
             return
+
+
+@contextlib.contextmanager
+def stderr_through(forward, name):
+    """Runs its body with standard error (file descriptor 2) flowing through a pipe, which a thread
+    running `forward(read_end, original)` reads to its end, writing on to the real standard error
+    (`original`) what it keeps, in order and as it comes. Where there is no standard error, or no
+    pipe to be had, the body runs as it is."""
+    try:
+        original = os.dup(2)
+    except OSError:  # no standard error (a daemon, a closed descriptor): nothing to tidy
+        yield
+        return
+    try:
+        read_end, write_end = os.pipe()
+    except OSError:
+        os.close(original)
+        yield
+        return
+    flush_stderr()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    forwarder = threading.Thread(target=forward, args=(read_end, original), daemon=True, name=name)
+    forwarder.start()
+    try:
+        yield
+    finally:
+        flush_stderr()
+        os.dup2(original, 2)  # the pipe's last writer is gone: the forwarder reads to its end
+        forwarder.join(timeout=10)
+        if not forwarder.is_alive():  # else a child process still holds the pipe, and the thread the fd
+            os.close(original)

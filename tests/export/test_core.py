@@ -87,3 +87,21 @@ def test_the_exporters_import_no_training_module():
         "import keras_cait.export.core, keras_cait.export.inference_graph", "tensorflow")
     assert {"keras_cait.export.core", "keras_cait.export.saved_model"} <= modules
     assert sorted(name for name in modules if name.startswith("keras_cait.training")) == []
+
+
+
+@pytest.mark.parametrize("given, example, writer", [
+    ("out/model.onnx", "out/1", "export_onnx"),
+    ("out/model.keras", "out/1", "model.save"),
+    ("out/sm/0", "out/sm/1", None),
+    ("out/sm/007", "out/sm/7", None),
+    ("out/serving", "out/serving/1", None),
+])
+def test_a_saved_model_path_that_is_no_version_folder_gets_the_nearest_one_and_the_file_s_writer(given, example,
+                                                                                                 writer):
+    from keras_cait.export.core import check_version_folder
+
+    with pytest.raises(ArgumentError) as raised:
+        check_version_folder(given, False)
+    assert str(raised.value).endswith(f"; e.g. {example!r}" + (f"; a {os.path.splitext(given)[1]} file is {writer}'s"
+                                                                  if writer else ""))
