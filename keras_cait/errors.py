@@ -5,7 +5,8 @@
     Said             the same for an error of another kind (a download's ConnectionError) that names one
     say, speaking    a line the library prints as it works that names an argument, and the spelling
                      its `Named` parts take (Python's unless a caller such as the command line says)
-    report, quiet    a line printed as it is; the block in which neither prints (verbose=0)
+    report, quiet    a line printed as it is; the block in which neither prints (verbose=0),
+                     unless the caller keeps its lines (`lines_kept`: the command line)
     quietly_caused   an error that rewrites another, raised without the other's traceback
     ExtraMissing     an ImportError naming the optional extra that installs what is missing
     require_extra    imports a module of an optional extra, or raises `ExtraMissing`
@@ -174,14 +175,29 @@ def report(text=""):
         print(text, flush=True)
 
 
+_LINES_KEPT = contextvars.ContextVar("keras_cait_lines_kept", default=False)
+
+
 @contextlib.contextmanager
 def quiet(silent=True):
-    """Within the block (with `silent`), `say` and `report` print nothing: a run given verbose=0."""
-    token = _QUIET.set(bool(silent) or _QUIET.get())
+    """Within the block (with `silent`), `say` and `report` print nothing: a run given verbose=0
+    from Python. Inside `lines_kept()` they print whatever `silent` says."""
+    token = _QUIET.set((bool(silent) or _QUIET.get()) and not _LINES_KEPT.get())
     try:
         yield
     finally:
         _QUIET.reset(token)
+
+
+@contextlib.contextmanager
+def lines_kept():
+    """Within the block `quiet` keeps nothing unsaid: the command line, whose lines are its log
+    whatever Keras' progress (`--verbose`) shows."""
+    token = _LINES_KEPT.set(True)
+    try:
+        yield
+    finally:
+        _LINES_KEPT.reset(token)
 
 
 @contextlib.contextmanager

@@ -30,7 +30,7 @@ from keras_cait.cli.errors import (
     usage,
     weights_errors,
 )
-from keras_cait.errors import ArgumentError, speaking
+from keras_cait.errors import ArgumentError, lines_kept, speaking
 from keras_cait.training import distribute, resume, run
 from keras_cait.training import recipe as recipes
 from keras_cait.models.variants import parse_model_name
@@ -343,7 +343,7 @@ def _as_flags(run_command):
     @functools.wraps(run_command)
     def in_flags(args):
         try:
-            with speaking(functools.partial(flag_name, typed=_typed(args))):
+            with speaking(functools.partial(flag_name, typed=_typed(args))), lines_kept():
                 return run_command(args)
         except run.RunError as error:
             cause = getattr(error, "cause", None)

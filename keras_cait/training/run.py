@@ -66,6 +66,7 @@ from keras_cait.training import (
     transfer,
 )
 from keras_cait.training.callbacks import save_model
+from keras_cait.training.knobs import knobs
 from keras_cait.training.precision import PRECISIONS, check_precision, default_precision, resolved_precision
 from keras_cait.training.recipe import RECIPES, RecipeName
 from keras_cait.training.run_errors import RunError, about
@@ -128,6 +129,22 @@ def _decoder_messages_dropped(run_function):
     return decoders_quiet
 
 
+# The recipe a run takes when given none, by run: what a knob typed as an argument is the knob of.
+DEFAULT_RECIPES = {"train": "deit", "finetune": "transfer"}
+
+
+def _refuse_knobs_as_arguments(run_function, signature, kwargs):
+    """A knob of the recipe typed as an argument of the run (`finetune(..., epochs=1)`, as the command
+    line's --epochs) is Python's TypeError, saying where the knob goes."""
+    default = DEFAULT_RECIPES.get(run_function.__name__)
+    typed = [name for name in kwargs if name not in signature.parameters and name in knobs()]
+    if default and typed:
+        name = typed[0]
+        raise TypeError(f"{run_function.__name__}() got an unexpected keyword argument {name!r}: {name} is a knob of "
+                        f"the recipe; give recipe=RECIPES[{default!r}].replace({name}={kwargs[name]!r}), or another "
+                        "recipe with it") from None
+
+
 VERBOSE = (0, 1, 2, "auto")  # Keras' fit and evaluate: silent, a progress bar, a line per epoch, 1 (2 off a terminal)
 
 
@@ -140,6 +157,7 @@ def _said_at_verbose(run_function):
         try:
             verbose = signature.bind(*args, **kwargs).arguments.get("verbose", signature.parameters["verbose"].default)
         except TypeError:  # arguments the function refuses itself, as Python does
+            _refuse_knobs_as_arguments(run_function, signature, kwargs)
             return run_function(*args, **kwargs)
         if isinstance(verbose, bool) or verbose not in VERBOSE:
             raise RunError("verbose", verbose, "must be 0 (silent), 1 (a progress bar), 2 (a line per epoch) or 'auto'",
@@ -174,7 +192,8 @@ def train(model, data, output_dir, *, recipe=None, val_data=None, class_names=No
         backup_every: steps between backups of the whole training state.
         verbose: Keras' (0: silent, 1: a progress bar, 2: a line per epoch, "auto"); at 0 the run
             says none of its own lines either (its plan, stages, precision), only the notices of
-            what it changed of its input (a batch lowered, files it does not read).
+            what it does otherwise than asked (a batch lowered, files it does not read, a run
+            resumed from its backup, interrupted, or finished earlier).
         fit_batch_to_data: lower a recipe's batch larger than the training images to what they
             fill (said), rather than raise `RunError`. None (the default): when `recipe` is not
             given, as the command line does when --batch-size is not typed; a recipe given keeps
@@ -307,7 +326,8 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
     if recipe.head_epochs:
         report(f"Stage 1 of {stages}: the new head alone, backbone frozen, {counted(recipe.head_epochs, 'epoch')}")
         if run.record.finished("head") and os.path.exists(head_weights):
-            report(f"Stage 1 done in an earlier run: the head is loaded from {head_weights}, not trained again.")
+            print(f"Stage 1 done in an earlier run: the head is loaded from {head_weights}, not trained again.",
+                  flush=True)  # a notice of the resumed run, said at verbose=0 too
             classifier.load_weights(head_weights)
         else:
             transfer.set_backbone_trainable(classifier, False)

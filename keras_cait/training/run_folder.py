@@ -89,8 +89,9 @@ class Run:
         def stream_from(step):
             if step and stage not in self.resumed:  # the first stream of the fit: where it resumes
                 self.resumed[stage] = step
-                report(f"Resuming {stage} from the backup at step {step} of "
-                       f"{epochs * self.plan.steps} in {backup.backup_dir}")
+                # A notice, said at verbose=0 too: the run goes on from a backup, not from the start.
+                print(f"Resuming {stage} from the backup at step {step} of "
+                      f"{epochs * self.plan.steps} in {backup.backup_dir}", flush=True)
             return stream.training_stream(
                 self.data.train, augmentation, self.plan.global_batch, epochs, seed=seed, start_step=step,
                 shuffle_buffer=shuffle_buffer, cache=cache)
@@ -120,8 +121,8 @@ class Run:
             else:
                 kept = (f"backed up at step {backup.saved_step} in {backup.backup_dir}, where the same call again "
                         "resumes it")
-            report(f"\nInterrupted in the {stage} stage at step {backup.step} of {epochs * self.plan.steps} (epoch "
-                   f"{epoch} of {epochs}); {kept}.")
+            print(f"\nInterrupted in the {stage} stage at step {backup.step} of {epochs * self.plan.steps} (epoch "
+                  f"{epoch} of {epochs}); {kept}.", flush=True)  # a notice, said at verbose=0 too
             raise
 
     def summary(self, finished_earlier=False):
@@ -133,8 +134,8 @@ class Run:
 
     def finished_earlier(self, model_path):
         """The model at `model_path` of a run that finished before, said, and the run's summary."""
-        report(f"{self.output_dir} holds this run, finished earlier with the same settings: nothing to train. "
-               "Give another output folder (or delete this one) to train again.")
+        print(f"{self.output_dir} holds this run, finished earlier with the same settings: nothing to train. "
+              "Give another output folder (or delete this one) to train again.", flush=True)  # a notice too
         import keras_cait  # noqa: F401  registers CaiT's layers with Keras
 
         return keras.models.load_model(model_path), self.summary(finished_earlier=True)

@@ -608,3 +608,15 @@ def test_an_output_dir_that_is_a_file_is_refused_first_naming_it(where, digits, 
     problem = "is a file" if where == "file" else f"is inside the file {afile}"
     assert str(raised.value) == f"output_dir={str(output_dir)!r}: {problem}, not a folder; choose another folder"
     assert capsys.readouterr().out == "" and afile.read_bytes() == b"x"
+
+
+@pytest.mark.parametrize("command, default", [("train", "deit"), ("finetune", "transfer")])
+def test_a_recipe_s_knob_typed_as_an_argument_says_where_it_goes(command, default, tmp_path):
+    """The command line takes --epochs; from Python the knob is the recipe's."""
+    with pytest.raises(TypeError) as raised:
+        getattr(run, command)("XXS24", tmp_path, tmp_path / "run", epochs=1)
+    assert str(raised.value) == (f"{command}() got an unexpected keyword argument 'epochs': epochs is a knob of the "
+                                 f"recipe; give recipe=RECIPES[{default!r}].replace(epochs=1), or another recipe with it")
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'epocs'$"):  # not a knob: Python's own
+        getattr(run, command)("XXS24", tmp_path, tmp_path / "run", epocs=1)
+    assert not (tmp_path / "run").exists()
