@@ -145,7 +145,7 @@ def _refuse_knobs_as_arguments(run_function, signature, kwargs):
                         "recipe with it") from None
 
 
-VERBOSE = (0, 1, 2, "auto")  # what Keras' fit and evaluate take: silent, a progress bar, a line per epoch, Keras' choice
+VERBOSE = (0, 1, 2, "auto")  # what Keras' fit and evaluate take: silent, a bar, a line per epoch, Keras' choice
 
 
 def _said_at_verbose(run_function):
