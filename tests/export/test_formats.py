@@ -3,6 +3,7 @@
 import pathlib
 import re
 
+import keras
 import pytest
 
 import keras_cait
@@ -166,8 +167,9 @@ def test_each_exporter_is_its_module_s_and_the_package_s(row):
     assert getattr(keras_cait, row.exporter) is function
     assert row.exporter in export.__all__ and row.exporter in dir(export)
     if row.suffix:
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
         with pytest.raises(ValueError, match=rf"must end in \{row.suffix}, e.g. cait\{row.suffix}"):
-            function(None, "cait.wrong")
+            function(model, "cait.wrong")
 
 
 def test_a_name_that_is_no_exporter_is_no_attribute():

@@ -176,7 +176,7 @@ def test_finetune_from_random_weights_takes_the_scratch_recipe_and_learns_two_re
     held_out = sample_photo_crops(tmp_path / "held_out", 40, (0.65, 1.0), seed=1)
 
     result = run.finetune("XXS24", train, tmp_path / "run", weights=None, image_size=64, val_fraction=0,
-                          verbose=0)
+                          verbose=2)
 
     assert Recipe.load(str(tmp_path / "run" / "recipe.json")) == RECIPES["scratch"]
     out = capsys.readouterr().out
