@@ -1,6 +1,7 @@
 """Image loading, input preprocessing and label decoding (ImageNet's or a fine-tuned model's), as
 keras.applications offers them."""
 
+import collections.abc
 import functools
 import importlib.resources
 import json
@@ -91,7 +92,7 @@ def decode_predictions(preds, top=5, class_names=None):
     """
     if isinstance(top, bool) or not isinstance(top, numbers.Integral) or top < 1:
         raise ArgumentError("top", top, "must be a positive integer", ["e.g. ", Named("top", 5)], usage=True)
-    preds = np.asarray(preds)
+    preds = np.asarray(list(preds) if isinstance(preds, collections.abc.Iterator) else preds)
     if class_names is None:
         if preds.ndim != 2 or preds.shape[1] != 1000:
             raise ValueError(
@@ -101,6 +102,8 @@ def decode_predictions(preds, top=5, class_names=None):
             )
         classes = imagenet_classes()
     else:
+        if isinstance(class_names, collections.abc.Iterator):
+            class_names = list(class_names)
         if isinstance(class_names, str) or not all(isinstance(name, str) for name in class_names):
             raise ArgumentError("class_names", class_names, "must be a list of str",
                                 "give the model's class names in index order, e.g. model.class_names", usage=True)

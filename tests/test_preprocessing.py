@@ -63,6 +63,8 @@ def test_decode_predictions_with_class_names_gives_the_fine_tuned_classes_best_f
         assert all(type(score) is float for _, _, score in entries)
     # Fewer classes than `top`: all of them, best first.
     assert [len(entries) for entries in decode_predictions(predictions[:, :2], class_names=names[:2])] == [2] * 3
+    # Names and predictions given as iterators (a generator, a file's lines) decode alike.
+    assert decode_predictions(iter(predictions), top=4, class_names=(name for name in names)) == decoded
 
 
 def test_decode_predictions_of_a_fine_tuned_model_names_its_classes(tiny_cait):

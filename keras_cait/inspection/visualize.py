@@ -14,8 +14,11 @@ global changes); `save_figure` writes one to a PNG.
     save_figure(saliency_figure(images, maps), "saliency.png")
 """
 
+import numbers
+
 import numpy as np
 
+from keras_cait.errors import ArgumentError, counted
 from keras_cait.io.atomic import written_atomically
 
 PANEL_INCHES = 1.6
@@ -56,7 +59,7 @@ def _check(images, maps, samples):
             "were computed from, as (batch, height, width, channels)."
         )
     for sample in samples:
-        if not -batch <= sample < batch:
+        if isinstance(sample, bool) or not isinstance(sample, numbers.Integral) or not -batch <= sample < batch:
             raise IndexError(f"sample {sample}: the maps hold images 0 to {batch - 1}.")
     return images
 
@@ -67,6 +70,13 @@ def _overlay(ax, image, heat):
     ax.imshow(image, cmap="gray")
     ax.imshow(heat, cmap="inferno", alpha=OVERLAY_ALPHA, extent=(0, width, height, 0),
               interpolation="bilinear")
+
+
+def _checked_block(maps, block):
+    blocks = len(maps.class_attention)
+    if isinstance(block, bool) or not isinstance(block, numbers.Integral) or not -blocks <= block < blocks:
+        raise IndexError(f"block={block!r}: the maps hold class-attention blocks 0 to {blocks - 1}, e.g. block=0.")
+    return block
 
 
 def saliency_map(maps, size, block=0):
@@ -82,7 +92,7 @@ def saliency_map(maps, size, block=0):
     """
     from keras import ops
 
-    grid = maps.class_attention[block].mean(axis=1)[..., None]  # (batch, rows, cols, 1)
+    grid = maps.class_attention[_checked_block(maps, block)].mean(axis=1)[..., None]  # (batch, rows, cols, 1)
     upsampled = ops.convert_to_numpy(ops.image.resize(grid, tuple(size), interpolation="bilinear"))[..., 0]
     low = upsampled.min(axis=(1, 2), keepdims=True)
     high = upsampled.max(axis=(1, 2), keepdims=True)
@@ -128,6 +138,11 @@ def saliency_figure(images, maps, samples=None, block=0, labels=None):
     """
     samples = list(range(len(maps.class_attention[0]))) if samples is None else list(samples)
     images = _check(images, maps, samples)
+    labels = None if labels is None else list(labels)
+    if labels is not None and len(labels) != len(samples):
+        raise ArgumentError("labels", labels, f"{counted(len(labels), 'title')} for {counted(len(samples), 'image')} shown",
+                            "give one per image of `samples`, in its order, or leave labels out",
+                            shown=None if len(labels) <= 6 else f"[{len(labels)} titles]")
     saliency = saliency_map(maps, images.shape[1:3], block)
     figure, axes = _figure(2, len(samples))
     for column, sample in enumerate(samples):

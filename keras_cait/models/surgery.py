@@ -7,6 +7,7 @@ import random
 import tempfile
 
 import keras
+import numpy as np
 
 from keras_cait.errors import ArgumentError, Named
 from keras_cait.layers import PatchEmbedding, PositionEmbedding
@@ -60,12 +61,19 @@ def set_backbone_trainable(model, trainable):
     Recompile the model afterwards, as Keras requires, e.g. with a lower
     learning rate for fine-tuning the whole network after training the head.
     """
+    if not isinstance(model, keras.Model):
+        raise ArgumentError("model", model, f"set_backbone_trainable takes a Keras model, not a {type(model).__name__}",
+                            "e.g. keras_cait.models.with_new_head(keras_cait.CaiT_XXS24(), 5)",
+                            usage=True, shown=f"<{type(model).__name__}>")
+    if not isinstance(trainable, (bool, np.bool_)):
+        raise ArgumentError("trainable", trainable, "must be True (unfreeze) or False (freeze)",
+                            ["e.g. ", Named("trainable", False), " to train the head alone"], usage=True)
     if HEAD_NAME not in [layer.name for layer in model.layers]:
         raise ValueError(
             f"Model '{model.name}' has no '{HEAD_NAME}' head layer; make one with with_new_head()."
         )
     for layer in model.layers:
-        layer.trainable = trainable or layer.name == HEAD_NAME
+        layer.trainable = bool(trainable) or layer.name == HEAD_NAME
 
 
 def at_resolution(model, image_size):

@@ -19,6 +19,8 @@ batch × classes (PyTorch's legacy KL reduction), which is kept here.
 import keras
 from keras import ops
 
+from keras_cait.errors import ArgumentError
+
 DISTILLATION_TYPES = ("none", "soft", "hard")
 
 
@@ -101,6 +103,13 @@ class Distiller(keras.Model):
             raise ValueError(
                 f"alpha={alpha}, tau={tau}: need 0 <= alpha <= 1 and tau > 0, e.g. 0.5 and 1.0."
             )
+        for argument, model in (("student", student), ("teacher", teacher)):
+            if not isinstance(model, keras.Model):
+                raise ArgumentError(
+                    argument, model, f"Distiller takes a Keras model, not a {type(model).__name__}",
+                    "build it first, e.g. keras.applications.ResNet50() or keras.models.load_model('teacher.keras')"
+                    if argument == "teacher" else "e.g. keras_cait.CaiT_S24(weights=None)",
+                    usage=True, shown=None if isinstance(model, str) else f"<{type(model).__name__}>")
         _check_same_classes(_classes(student), _classes(teacher))
         self.student = student
         self.teacher = teacher

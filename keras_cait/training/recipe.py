@@ -17,6 +17,7 @@ A run writes the recipe it ran to `recipe.json` beside its model (`Recipe.load` 
 """
 
 import dataclasses
+import difflib
 
 from keras_cait.training import schedule
 from keras_cait.training.augment import Augmentation
@@ -69,7 +70,17 @@ class Recipe(Knobs):
 
 DEIT = Recipe()
 
-RECIPES = {
+
+class _Recipes(dict):
+    """`RECIPES`: a dict whose missing name is a `KeyError` that lists the names it has."""
+
+    def __missing__(self, name):
+        close = difflib.get_close_matches(str(name), list(self), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise KeyError(f"RECIPES has no recipe {name!r}; {hint}its recipes: {', '.join(self)}")
+
+
+RECIPES = _Recipes({
     # CaiT/DeiT from scratch: DeiT's main.py (facebookresearch/deit) with CaiT's 400 epochs
     # (arXiv 2103.17239, section 4). `keras-cait train`'s default.
     "deit": DEIT,
@@ -90,7 +101,7 @@ RECIPES = {
     "scratch": DEIT.replace(batch_size=32, lr=2e-3, lr_batch=32, epochs=15, warmup_epochs=1.5, sched="step",
                             randaugment=0.0, reprob=0.0, mixup=0.0, cutmix=0.0, repeated_aug=1, smoothing=0.0,
                             drop_path=0.0, model_ema=False),
-}
+})
 # Its former name, kept for `--recipe demo` and code that reads it: the same recipe.
 RECIPES["demo"] = RECIPES["scratch"]
 

@@ -97,6 +97,20 @@ class TestFigures:
             class_attention_figure(images_for(maps)[:2], maps)
         with pytest.raises(IndexError, match="sample 3: the maps hold images 0 to 2"):
             saliency_figure(images_for(maps), maps, samples=[3])
+        with pytest.raises(IndexError, match="sample 0.5: the maps hold images 0 to 2"):
+            saliency_figure(images_for(maps), maps, samples=[0.5])
+
+    def test_a_block_or_labels_the_maps_cannot_show_are_refused_naming_them(self):
+        maps = synthetic_maps(batch=3, blocks=2)
+        for block in (2, -3, 1.0, True):
+            with pytest.raises(IndexError, match=rf"block={block!r}: the maps hold class-attention blocks 0 to 1"):
+                saliency_figure(images_for(maps), maps, block=block)
+        with pytest.raises(IndexError, match="block=2: "):
+            saliency_map(maps, (32, 32), block=2)
+        with pytest.raises(ValueError, match=r"labels=\['a', 'b'\]: 2 titles for 3 images shown; give one per"):
+            saliency_figure(images_for(maps), maps, labels=["a", "b"])
+        figure = saliency_figure(images_for(maps), maps, samples=[2], labels=(name for name in ["c"]))
+        assert figure.axes[0].get_title() == "c"
 
     def test_missing_matplotlib_says_how_to_install_it(self, monkeypatch):
         monkeypatch.setitem(sys.modules, "matplotlib.figure", None)

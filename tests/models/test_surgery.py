@@ -49,6 +49,18 @@ def test_freezing_trains_the_head_only(tiny_cait):
         set_backbone_trainable(keras.Sequential([keras.Input((2,)), keras.layers.Dense(2)]), False)
 
 
+@pytest.mark.parametrize("trainable", ["yes", "False", 0, None])
+def test_freezing_takes_a_bool_and_a_model_naming_what_it_was_given(tiny_cait, trainable):
+    model = with_new_head(tiny_cait(include_top=False, pooling="token"), classes=3)
+    with pytest.raises(ValueError, match=rf"^trainable={trainable!r}: must be True \(unfreeze\) or False \(freeze\)"):
+        set_backbone_trainable(model, trainable)
+    assert len(model.trainable_weights) > 2  # nothing frozen by the refused call
+    set_backbone_trainable(model, np.bool_(False))
+    assert [v.path for v in model.trainable_weights] == ["predictions/kernel", "predictions/bias"]
+    with pytest.raises(ValueError, match="^model=<str>: set_backbone_trainable takes a Keras model, not a str"):
+        set_backbone_trainable("model.keras", True)
+
+
 def test_a_higher_resolution_copy_resizes_the_position_embedding(tiny_cait):
     model = with_new_head(tiny_cait(include_top=False, pooling="token"), classes=3)
     bigger = at_resolution(model, 64)

@@ -118,6 +118,13 @@ def test_a_small_cait_learns_the_digits_from_a_small_frozen_teacher(tiny_cait):
     assert float(got) == pytest.approx(expected, rel=1e-4)
 
 
+def test_a_teacher_or_student_that_is_no_model_is_refused_naming_it():
+    with pytest.raises(ValueError, match=r"^teacher='resnet50': Distiller takes a Keras model, not a str; build it"):
+        Distiller(passthrough(), "resnet50")
+    with pytest.raises(ValueError, match=r"^student=<NoneType>: Distiller takes a Keras model, not a NoneType"):
+        Distiller(None, passthrough())
+
+
 def test_bad_settings_are_explained():
     with pytest.raises(ValueError, match="distillation_type='medium'"):
         Distiller(passthrough(), passthrough(), "medium")

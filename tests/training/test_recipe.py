@@ -132,6 +132,14 @@ def test_a_folder_whose_run_trained_nothing_is_started_over_by_a_run_with_other_
         RunRecord.open(str(tmp_path), "finetune", {"data": "a"}, recipe=other)
 
 
+def test_a_recipe_name_it_has_not_is_a_key_error_listing_its_names():
+    with pytest.raises(KeyError, match=r"RECIPES has no recipe 'transfr'; did you mean 'transfer'\? its recipes: deit,"):
+        RECIPES["transfr"]
+    with pytest.raises(KeyError, match=r"RECIPES has no recipe 'adam'; its recipes: deit, deit-highres, transfer"):
+        RECIPES["adam"]
+    assert RECIPES.get("adam") is None and "adam" not in RECIPES
+
+
 def test_the_demo_trains_with_its_recipe_compiled_as_a_run_compiles():
     from keras_cait.training import run
 
