@@ -34,6 +34,7 @@ import sys
 import traceback
 
 from keras_cait.cli.startup.interrupt import DEBUG_ENV, INTERRUPTED, command_begins, debug_requested
+from keras_cait.io.atomic import unwritable
 
 USAGE = 2
 FAILURE = 1
@@ -364,16 +365,10 @@ def check_image_files(paths):
 def check_writable_folder(flag, path, folder=None):
     """`folder` (default: `path`, the value of `flag`) is, or can be made, a folder this process
     writes in; the nearest part of it that exists decides."""
-    folder = os.path.abspath(path if folder is None else folder)
-    existing = folder
-    while not os.path.lexists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        where = "is a file" if existing == os.path.abspath(path) else f"is inside the file {existing}"
-        raise fail(f"{flag} {path} {where}, not a folder; choose another folder.")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise fail(f"{flag} {path}: cannot write in {existing} (permission denied); choose a "
-                   "folder you can write to, or fix its permissions.")
+    problem = unwritable(path if folder is None else folder, given=path)
+    if problem:
+        why, allowed = problem
+        raise fail(f"{flag} {path}{' ' if why.startswith('is ') else ': '}{why}; {allowed}.")
 
 
 def check_writable_file(flag, path):

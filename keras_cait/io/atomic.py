@@ -162,3 +162,21 @@ def write_text(path, text):
     """Writes `text` to the file `path` in one step: a reader sees the old file or the new one."""
     with written_atomically(path) as temporary, open(temporary, "w") as file:
         file.write(text)
+
+
+def unwritable(folder, given=None):
+    """Why files cannot be written in `folder` (which may not exist yet: the nearest part of it that
+    exists decides), as `(problem, what to do)`, or None where they can. `given`: the path the
+    caller was given, where `folder` is the one that would hold it."""
+    folder = os.path.abspath(folder)
+    existing = folder
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        named = os.path.abspath(folder if given is None else given)
+        return (f"{'is a file' if existing == named else f'is inside the file {existing}'}, not a folder",
+                "choose another folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return (f"cannot write in {existing} (permission denied)",
+                "choose a folder you can write to, or fix its permissions")
+    return None

@@ -14,6 +14,7 @@ import sys
 import keras
 
 from keras_cait.errors import Named, counted, report, say
+from keras_cait.io.atomic import unwritable
 from keras_cait.training import image_checks, resume, stream
 from keras_cait.training.callbacks import best_record_path, run_callbacks, tensorboard_installed
 from keras_cait.training.recipe import RECIPES
@@ -27,16 +28,9 @@ def check_output_dir(output_dir):
     if not isinstance(output_dir, (str, os.PathLike)):
         raise RunError("output_dir", output_dir, f"must be a folder's path, not {type(output_dir).__name__}",
                        ["e.g. ", Named("output_dir", "runs/flowers")], usage=True)
-    folder = os.path.abspath(output_dir)
-    existing = folder
-    while not os.path.lexists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        where = "is a file" if existing == folder else f"is inside the file {existing}"
-        raise RunError("output_dir", os.fspath(output_dir), f"{where}, not a folder", "choose another folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise RunError("output_dir", os.fspath(output_dir), f"cannot write in {existing} (permission denied)",
-                       "choose a folder you can write to, or fix its permissions")
+    problem = unwritable(output_dir)
+    if problem:
+        raise RunError("output_dir", os.fspath(output_dir), *problem)
 
 
 class Run:
