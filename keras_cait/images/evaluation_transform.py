@@ -46,6 +46,7 @@ import re
 import numpy as np
 
 from keras_cait.errors import ArgumentError, Named
+from keras_cait.images.decoder_messages import decoder_messages_dropped
 from keras_cait.io.stderr import load_tensorflow
 
 tf = load_tensorflow()  # on JAX or PyTorch, its first import: without TensorFlow's start-up lines
@@ -443,7 +444,8 @@ def load_image(path, image_size=224, crop_pct=1.0):
         if frames * height * width > MAX_PIXELS:
             message = _too_large(frames, height, width).numpy().decode()
             raise ValueError(message.replace("The image", f"Image {str(path)!r}", 1))
-        return evaluation_transform(decode_image(encoded), image_size, crop_pct).numpy()
+        with decoder_messages_dropped():  # a damaged file's decoder lines: the error below names it
+            return evaluation_transform(decode_image(encoded), image_size, crop_pct).numpy()
     except tf.errors.NotFoundError as error:
         raise FileNotFoundError(f"Image {str(path)!r} does not exist.") from error
     except tf.errors.InvalidArgumentError as error:

@@ -46,3 +46,34 @@ def test_only_the_decoders_lines_are_dropped_the_others_pass_in_order():
     done = subprocess.run([sys.executable, "-c", code, module], capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr.decode()
     assert done.stderr == b"before\nfirst\nfrom Python\nlastafter\n"
+
+
+LOAD_DAMAGED = """
+import io, sys
+import numpy as np
+from PIL import Image
+import keras_cait
+image = io.BytesIO()
+Image.fromarray(np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(image, "JPEG")
+with open(sys.argv[1], "wb") as file:
+    file.write(image.getvalue()[:len(image.getvalue()) // 2])
+try:
+    keras_cait.preprocessing.load_image(sys.argv[1], 32)
+except ValueError as error:
+    print(error)
+"""
+
+
+@pytest.mark.large
+def test_load_image_of_a_damaged_file_says_one_line_and_the_decoders_none(tmp_path):
+    """From a notebook whose TensorFlow logs at its default level: the ValueError names the file,
+    and libjpeg's and TensorFlow's own lines about it ("Premature end of JPEG data", "Local
+    rendezvous is aborting") do not reach standard error above it."""
+    env = {name: value for name, value in os.environ.items() if name != "TF_CPP_MIN_LOG_LEVEL"}
+    path = tmp_path / "cut.jpg"
+    done = subprocess.run([sys.executable, "-c", LOAD_DAMAGED, str(path)], capture_output=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().startswith(f"Cannot read image {str(path)!r}"), done.stdout.decode()
+    assert "invalid JPEG data (a truncated or damaged file)" in done.stdout.decode()
+    assert not any(decoder_message(line) for line in done.stderr.splitlines()), done.stderr.decode()
+    assert b"JPEG" not in done.stderr, done.stderr.decode()
