@@ -161,8 +161,45 @@ def one_line(message):
 class Parser(argparse.ArgumentParser):
     """argparse's parser, whose errors are the contract's one line (status 2), not a usage block."""
 
+    def parse_known_args(self, args=None, namespace=None):
+        self._given = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
     def error(self, message):
-        raise usage(f"{message}; see {self.prog} --help")
+        raise usage(f"{message}{self._where_it_goes()}; see {self.prog} --help")
+
+    def _where_it_goes(self):
+        """For a word given without its flag, as a positional argument (`keras-cait finetune XXS24
+        --data photos`): the flag it goes with, where the word is a model or a folder."""
+        for word in self._words_without_a_flag():
+            if "--model" in self._option_string_actions and _names_a_model(word):
+                return f" (give the model as --model {word})"
+            if "--data" in self._option_string_actions and os.path.isdir(word):
+                return f" (give the folder as --data {word})"
+        return ""
+
+    def _words_without_a_flag(self):
+        given, index = getattr(self, "_given", []), 0
+        while index < len(given):
+            word, index = given[index], index + 1
+            action = self._option_string_actions.get(word)
+            if action is not None:
+                index += 1 if action.nargs is None else action.nargs if isinstance(action.nargs, int) else 0
+            elif not word.startswith("-"):
+                yield word
+
+
+def _names_a_model(word):
+    """Whether `word` names a CaiT variant ('XXS24', 'cait_s24_224') or a .keras file."""
+    from keras_cait.models.variants import parse_model_name
+
+    if word.endswith(".keras"):
+        return True
+    try:
+        parse_model_name(word)
+    except ValueError:
+        return False
+    return True
 
 
 def add_debug_flag(parser):

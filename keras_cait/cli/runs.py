@@ -162,14 +162,24 @@ def recipe_of(args):
     return recipes.RECIPES[args.recipe].replace(**values)
 
 
+class _EarlyParser(argparse.ArgumentParser):
+    """A parser that raises its mistakes, printing nothing: `_recipe_named`'s, before the full one."""
+
+    def error(self, message):
+        raise argparse.ArgumentError(None, message)
+
+
 def _recipe_named(argv, command):
     """The `--recipe` of `argv` (the command's default if none or an unknown one, which the full
     parser then refuses), read before the parser is built: its values are the flags' defaults."""
-    early = argparse.ArgumentParser(add_help=False)
+    early = _EarlyParser(add_help=False)
     early.add_argument("--recipe")
     early.add_argument("--model", default="")
     early.add_argument("--weights", default="imagenet")
-    named = early.parse_known_args(argv)[0]
+    try:
+        named = early.parse_known_args(argv)[0]
+    except argparse.ArgumentError:  # e.g. `--weights` with no value: the full parser's one line says so
+        return DEFAULT_RECIPES[command]
     if named.recipe in recipes.RECIPES:
         return named.recipe
     return "scratch" if command == "finetune" and _random_weights(named) else DEFAULT_RECIPES[command]
