@@ -28,6 +28,7 @@ import numpy as np
 
 from keras_cait.layers import PositionEmbedding
 from keras_cait.models.blocks import SelfAttentionBlock
+from keras_cait.models.surgery import check_model_object
 
 OUTPUT_FORMATS = ("NLC", "NHWC")
 
@@ -128,6 +129,7 @@ def feature_extractor(model, indices=None, norm=False, output_format="NLC", name
         >>> [x.shape for x in extractor.predict(np.zeros((1, 224, 224, 3)))]
         [(1, 14, 14, 192), (1, 14, 14, 192)]
     """
+    check_model_object(model, "feature_extractor")
     inputs, _, features = _tapped(model, indices, norm, output_format)
     return keras.Model(inputs, features, name=name or f"{model.name}_features")
 
@@ -148,6 +150,7 @@ def forward_intermediates(
         as tensors of the backend. timm's final output is the normed token
         sequence, i.e. the output of `build_cait(..., include_top=False)`.
     """
+    check_model_object(model, "forward_intermediates")
     cached = _INTERMEDIATE_MODELS.setdefault(model, {})
     key = (repr(indices), norm, output_format, intermediates_only)
     if key not in cached:

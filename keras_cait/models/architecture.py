@@ -174,14 +174,14 @@ def checked_classes(classes):
     return int(classes)
 
 
-def checked_drop_path_rate(drop_path_rate):
+def checked_drop_path_rate(drop_path_rate, argument="drop_path_rate"):
     """`drop_path_rate`, the stochastic-depth rate, as a float after checking that it is a number in
-    [0, 1) (not a bool or a str); else an `ArgumentError` naming `drop_path_rate`."""
+    [0, 1) (not a bool or a str); else an `ArgumentError` naming `argument`."""
     if isinstance(drop_path_rate, bool) or not isinstance(drop_path_rate, numbers.Real):
-        raise ArgumentError("drop_path_rate", drop_path_rate,
+        raise ArgumentError(argument, drop_path_rate,
                             f"must be a number in [0, 1), not {type(drop_path_rate).__name__}", "e.g. 0.1", usage=True)
     if not 0 <= drop_path_rate < 1:
-        raise ArgumentError("drop_path_rate", drop_path_rate, "must be a number in [0, 1)", "e.g. 0.1", usage=True)
+        raise ArgumentError(argument, drop_path_rate, "must be a number in [0, 1)", "e.g. 0.1", usage=True)
     return float(drop_path_rate)
 
 

@@ -34,9 +34,11 @@ from keras_cait.models.architecture import POOLING_MODES, CaiTModel, checked_cla
 from keras_cait.models.blocks import ClassAttentionBlock
 from keras_cait.models.class_names import class_count
 from keras_cait.models.inputs import checked_image_size
-from keras_cait.models.surgery import (
+from keras_cait.models.surgery import (  # noqa: F401  check_model_object: also loader's, as callers import it
     FEATURE_LAYERS,
     at_resolution,
+    check_model_object,
+    checked_dtype,
     pooled_features,
     with_drop_path_rate,
     with_dtype_policy,
@@ -136,33 +138,6 @@ def check_model(model, argument="model"):
             "give a .keras model in it, e.g. ", Named(argument, os.path.join(model, inside[0]))] if inside else
             "give a variant name (e.g. 'S24') or the path of a .keras file", usage=not inside)
     parse_model_name(model, argument=argument)
-
-
-def check_model_object(model, needed_by):
-    """`model` of `needed_by`, which takes a built Keras model (an exporter, `attention_maps`): a
-    name or a path is refused saying how to load it, anything else naming its type; an
-    `ArgumentError` naming `model`."""
-    if isinstance(model, keras.Model):
-        return
-    if isinstance(model, (str, os.PathLike)):
-        raise ArgumentError("model", os.fspath(model), f"{needed_by} takes a Keras model, not a name or a path",
-                            ["load it first: keras_cait.models.load_classifier(", repr(os.fspath(model)), ")"],
-                            usage=True)
-    raise ArgumentError("model", model, f"{needed_by} takes a Keras model, not a {type(model).__name__}",
-                        "give a keras.Model, e.g. keras_cait.CaiT_XXS24() or keras.models.load_model('name.keras')",
-                        usage=True, shown=f"<{type(model).__name__}>")
-
-
-def checked_dtype(dtype):
-    """`dtype` as a `keras.DTypePolicy` (None stays None), or an `ArgumentError` naming the policies."""
-    if dtype is None:
-        return None
-    try:
-        return keras.dtype_policies.get(dtype)
-    except (ValueError, TypeError) as error:
-        raise ArgumentError("dtype", dtype, "not a Keras dtype policy",
-                            "give float32, mixed_float16, mixed_bfloat16, bfloat16, float16 or a keras.DTypePolicy",
-                            usage=True) from error
 
 
 def is_keras_file(model):

@@ -12,7 +12,9 @@ import numpy as np
 from keras_cait.errors import ArgumentError, Named
 from keras_cait.layers import PatchEmbedding, PositionEmbedding
 from keras_cait.layers.position_embedding import resize_position_embedding
-from keras_cait.models.architecture import HEAD_NAME, CaiTModel, checked_classes, classifier_head, with_class_names
+from keras_cait.models.architecture import (
+    HEAD_NAME, CaiTModel, checked_classes, checked_drop_path_rate, classifier_head, with_class_names,
+)
 from keras_cait.models.blocks import SelfAttentionBlock
 from keras_cait.models.inputs import checked_image_size
 from keras_cait.models.precision import has_dtype_policy, layer_dtype
@@ -34,6 +36,34 @@ def pooled_features(model, argument="model"):
     )
 
 
+def check_model_object(model, needed_by):
+    """`model` of `needed_by`, which takes a built Keras model (an exporter, `attention_maps`): a
+    name or a path is refused saying how to load it, anything else naming its type; an
+    `ArgumentError` naming `model`."""
+    if isinstance(model, keras.Model):
+        return
+    if isinstance(model, (str, os.PathLike)):
+        raise ArgumentError("model", os.fspath(model), f"{needed_by} takes a Keras model, not a name or a path",
+                            ["load it first: keras_cait.models.load_classifier(", repr(os.fspath(model)), ")"],
+                            usage=True)
+    raise ArgumentError("model", model, f"{needed_by} takes a Keras model, not a {type(model).__name__}",
+                        "give a keras.Model, e.g. keras_cait.CaiT_XXS24() or keras.models.load_model('name.keras')",
+                        usage=True, shown=f"<{type(model).__name__}>")
+
+
+def checked_dtype(dtype, argument="dtype"):
+    """`dtype` as a `keras.DTypePolicy` (None stays None), or an `ArgumentError` naming `argument`
+    and the policies."""
+    if dtype is None:
+        return None
+    try:
+        return keras.dtype_policies.get(dtype)
+    except (ValueError, TypeError) as error:
+        raise ArgumentError(argument, dtype, "not a Keras dtype policy",
+                            "give float32, mixed_float16, mixed_bfloat16, bfloat16, float16 or a keras.DTypePolicy",
+                            usage=True) from error
+
+
 def with_new_head(model, classes, classifier_activation="softmax", name=None, class_names=None):
     """A classifier (`CaiTModel`) for `classes` classes on the features of a CaiT `model`.
 
@@ -49,6 +79,7 @@ def with_new_head(model, classes, classifier_activation="softmax", name=None, cl
         >>> backbone = keras_cait.CaiT_XXS24(include_top=False, pooling="token")
         >>> model = with_new_head(backbone, classes=5)
     """
+    check_model_object(model, "with_new_head")
     classes = checked_classes(classes)
     features = pooled_features(model)
     head = classifier_head(classes, classifier_activation, features.dtype_policy)
@@ -83,6 +114,7 @@ def at_resolution(model, image_size):
     new patch grid (`resize_position_embedding`), as DeiT fine-tunes at 384
     from a 224 model. `image_size` must be a multiple of the patch size.
     """
+    check_model_object(model, "at_resolution")
     patch_size = next(
         layer.patch_size for layer in model.layers if isinstance(layer, PatchEmbedding)
     )
@@ -120,7 +152,8 @@ def with_dtype_policy(model, policy):
     final norm and the head in float32 where `policy` is mixed. A model already
     under `policy` is returned as it is.
     """
-    policy = keras.dtype_policies.get(policy).name
+    check_model_object(model, "with_dtype_policy")
+    policy = keras.dtype_policies.get(None if policy is None else checked_dtype(policy, "policy")).name
 
     def repolicy(layer_config):
         if layer_config["class_name"] == "InputLayer" or "dtype" not in layer_config["config"]:
@@ -135,6 +168,8 @@ def with_dtype_policy(model, policy):
 def with_drop_path_rate(model, rate):
     """The same CaiT with stochastic depth `rate` in its self-attention blocks (as `build_cait`'s
     `drop_path_rate` puts it there), with the weights of `model`; `model` itself where it has it."""
+    check_model_object(model, "with_drop_path_rate")
+    rate = checked_drop_path_rate(rate, "rate")
     blocks = [layer for layer in model.layers if isinstance(layer, SelfAttentionBlock)]
     if all(block.drop_path_rate == rate for block in blocks):
         return model
@@ -154,6 +189,7 @@ def merge_lora(model):
     variables), so it saves, converts and exports like any other; its outputs
     equal those of `model`. A model without LoRA is copied unchanged.
     """
+    check_model_object(model, "merge_lora")
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "merged.weights.h5")
         # A LoRA Dense saves its merged kernel (W + (alpha/rank)·A B), not A and B.

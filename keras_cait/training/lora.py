@@ -30,7 +30,7 @@ import numbers
 import keras
 
 from keras_cait.errors import ArgumentError, Named
-from keras_cait.models.surgery import HEAD_NAME, merge_lora  # noqa: F401  merge_lora: also keras_cait.training.lora's
+from keras_cait.models.surgery import HEAD_NAME, check_model_object, merge_lora  # noqa: F401  merge_lora: also keras_cait.training.lora's
 
 ATTENTION_PROJECTIONS = ("qkv", "query", "key", "value", "output_projection")
 
@@ -63,6 +63,7 @@ def enable_lora(model, rank, targets=ATTENTION_PROJECTIONS, alpha=None):
     Returns `model`, changed in place; a call that raises changes nothing (every
     target is checked before any is adapted).
     """
+    check_model_object(model, "enable_lora")
     if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or rank < 1:
         kind = "" if isinstance(rank, numbers.Integral) and not isinstance(rank, bool) else \
             f", not {type(rank).__name__}"

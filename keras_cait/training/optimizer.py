@@ -4,6 +4,7 @@ import keras
 
 from keras_cait.deprecation import renamed_keywords
 from keras_cait.layers import ClassToken, PositionEmbedding
+from keras_cait.models.surgery import check_model_object
 from keras_cait.training.knobs import DEIT
 
 # The defaults are DeiT's recipe (keras_cait.training.knobs holds its values).
@@ -77,6 +78,7 @@ def adamw(
         >>> lr = warmup_cosine(scaled_learning_rate(256), total_steps=1000, warmup_steps=50)
         >>> model.compile(optimizer=adamw(model, lr), loss="categorical_crossentropy")
     """
+    check_model_object(model, "adamw")
     if not model.weights:
         raise ValueError(
             f"adamw: the model '{model.name}' has no variables yet; build it first "

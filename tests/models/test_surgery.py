@@ -61,6 +61,47 @@ def test_freezing_takes_a_bool_and_a_model_naming_what_it_was_given(tiny_cait, t
         set_backbone_trainable("model.keras", True)
 
 
+def _model_takers():
+    from keras_cait.inspection import feature_extractor, forward_intermediates
+    from keras_cait.models.surgery import merge_lora, with_drop_path_rate, with_dtype_policy
+    from keras_cait.training import enable_lora
+
+    return {
+        "with_new_head": lambda model: with_new_head(model, 3),
+        "at_resolution": lambda model: at_resolution(model, 64),
+        "with_dtype_policy": lambda model: with_dtype_policy(model, "mixed_bfloat16"),
+        "with_drop_path_rate": lambda model: with_drop_path_rate(model, 0.1),
+        "merge_lora": merge_lora,
+        "enable_lora": lambda model: enable_lora(model, 4),
+        "adamw": lambda model: adamw(model, 1e-3),
+        "feature_extractor": feature_extractor,
+        "forward_intermediates": lambda model: forward_intermediates(model, np.zeros((1, 32, 32, 3))),
+    }
+
+
+@pytest.mark.parametrize("taker", list(_model_takers()))
+def test_a_function_that_takes_a_model_given_a_path_says_to_load_it(taker):
+    call = _model_takers()[taker]
+    with pytest.raises(ValueError, match=rf"^model='best.keras': {taker} takes a Keras model, not a name or a path; "
+                                         r"load it first: keras_cait.models.load_classifier\('best.keras'\)$"):
+        call("best.keras")
+    with pytest.raises(ValueError, match=rf"^model=<NoneType>: {taker} takes a Keras model, not a NoneType"):
+        call(None)
+
+
+def test_a_rate_or_policy_a_copy_cannot_take_is_refused_by_its_own_name(tiny_cait):
+    from keras_cait.models.surgery import with_drop_path_rate, with_dtype_policy
+
+    model = tiny_cait()
+    with pytest.raises(ValueError, match=r"^rate='0.1': must be a number in \[0, 1\), not str; e.g. 0.1$"):
+        with_drop_path_rate(model, "0.1")
+    with pytest.raises(ValueError, match=r"^rate=-1: must be a number in \[0, 1\)"):  # was StochasticDepth's rate=-1.0
+        with_drop_path_rate(model, -1)
+    with pytest.raises(ValueError, match=r"^policy='bf16': not a Keras dtype policy; give float32, mixed_float16"):
+        with_dtype_policy(model, "bf16")
+    assert with_dtype_policy(model, None) is model  # the global policy, float32, as before
+
+
 def test_a_higher_resolution_copy_resizes_the_position_embedding(tiny_cait):
     model = with_new_head(tiny_cait(include_top=False, pooling="token"), classes=3)
     bigger = at_resolution(model, 64)
