@@ -6,6 +6,7 @@ import os
 import keras
 import numpy as np
 
+from keras_cait.errors import ArgumentError
 from keras_cait.weights.convert import (
     checkpoint_grid, load_state_dict, nonfinite_error, read_checkpoint, timm_key_map,
 )
@@ -90,6 +91,9 @@ def load_weights_file(model, path, allow_nonfinite=False, source_grid=None):
     `pos_embed`, when the file does not state it (see `load_state_dict`);
     `.weights.h5` files record their own grid.
     """
+    from keras_cait.models.surgery import check_model_object  # here: keras_cait.models imports this module
+
+    check_model_object(model, "load_weights_file")
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"weights={path!r}: no such file.")
@@ -114,6 +118,12 @@ def load_imagenet_weights(model, arch, head=None):
     checkpoint's 1000-class head (keras-hub's classifier); without it the head
     goes into `model`'s own, or is left out where `model` has none.
     """
+    from keras_cait.models.surgery import check_model_object  # here: keras_cait.models imports this module
+
+    check_model_object(model, "load_imagenet_weights")
+    if not isinstance(arch, str) or arch not in CHECKPOINTS:
+        raise ArgumentError("arch", arch, "no such CaiT checkpoint", f"the released ones are {', '.join(CHECKPOINTS)}",
+                            usage=True)
     def load(path, source):
         load_state_dict(model, read_checkpoint(path), source=source, head=head)
 

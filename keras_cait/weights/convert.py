@@ -6,12 +6,13 @@ ours differ (`proj_l` → `pre_softmax_head_mix`, `gamma_1` → `attention_layer
 ...) this is the one place that says so.
 """
 
+import collections.abc
 import os
 import pickle
 
 import numpy as np
 
-from keras_cait.errors import listed
+from keras_cait.errors import ArgumentError, listed
 from keras_cait.layers.position_embedding import resize_position_embedding, source_grid_of
 
 
@@ -115,6 +116,18 @@ def load_state_dict(model, state_dict, source="checkpoint", allow_nonfinite=Fals
         ValueError: naming the missing, unexpected, wrongly shaped or
             non-finite keys.
     """
+    from keras_cait.models.surgery import check_model_object  # here: keras_cait.models imports this module
+
+    check_model_object(model, "load_state_dict")
+    if isinstance(state_dict, (str, os.PathLike)):
+        path = os.fspath(state_dict)
+        raise ArgumentError("state_dict", path, "a path, not a state_dict (a dict of timm names to arrays)",
+                            ["read it first: keras_cait.weights.read_checkpoint(", repr(path), "), or load the file "
+                             "with keras_cait.weights.load_weights_file(model, ", repr(path), ")"], usage=True)
+    if not isinstance(state_dict, collections.abc.Mapping):
+        raise ArgumentError("state_dict", state_dict, f"must be a dict of timm names to arrays, not a "
+                            f"{type(state_dict).__name__}", "e.g. keras_cait.weights.read_checkpoint('model.safetensors')",
+                            usage=True, shown=f"<{type(state_dict).__name__}>")
     key_map = list(timm_key_map(model, head))
     expected = {key for key, _, _ in key_map}
     missing = expected - set(state_dict)

@@ -547,3 +547,23 @@ def test_timm_s_block_i_maps_to_the_i_th_self_attention_block_past_ten():
     mapped = {key: variable.path for key, variable, _ in timm_key_map(model)}
     for i in range(12):
         assert mapped[f"blocks.{i}.attn.qkv.weight"].startswith(f"self_attention_block_{i}/"), (i, mapped)
+
+
+def test_the_loaders_name_a_checkpoint_a_path_or_a_model_they_cannot_take(tmp_path, tiny_cait):
+    from keras_cait.weights import load_imagenet_weights, load_state_dict
+
+    model = tiny_cait()
+    with pytest.raises(ValueError, match=r"^arch='cait_xxs24': no such CaiT checkpoint; the released ones are "
+                                         r"cait_xxs24_224, cait_xxs24_384, "):
+        load_imagenet_weights(model, "cait_xxs24")  # was KeyError: 'cait_xxs24'
+    path = str(tmp_path / "model.safetensors")
+    with pytest.raises(ValueError, match=rf"^state_dict='{path}': a path, not a state_dict .*; read it first: "
+                                         r"keras_cait.weights.read_checkpoint\("):
+        load_state_dict(model, path)  # was: the checkpoint does not fit the model, every key missing
+    with pytest.raises(ValueError, match=r"^state_dict=<NoneType>: must be a dict of timm names to arrays"):
+        load_state_dict(model, None)
+    for call, name in [(lambda: load_imagenet_weights("m.keras", "cait_xxs24_224"), "load_imagenet_weights"),
+                       (lambda: load_state_dict("m.keras", {}), "load_state_dict"),
+                       (lambda: load_weights_file(path, model), "load_weights_file")]:
+        with pytest.raises(ValueError, match=rf"^model=.*: {name} takes a Keras model, not a "):
+            call()
