@@ -350,6 +350,10 @@ def check_crop_pct(crop_pct):
     """`crop_pct`, the fraction of the resized image the centre crop keeps, within (0, 1]; else an
     `ArgumentError` naming it. The one check of its range: the transform, the keras-hub converter,
     the runs (before they read data) and so the command line."""
+    if isinstance(crop_pct, bool) or not isinstance(crop_pct, numbers.Real):
+        raise ArgumentError("crop_pct", crop_pct, f"must be a number in (0, 1], not {type(crop_pct).__name__}",
+                            ["e.g. ", Named("crop_pct", 1.0), " (CaiT) or ", Named("crop_pct", 0.875), " (DeiT)"],
+                            usage=True)
     if not 0 < crop_pct <= 1:
         raise ArgumentError("crop_pct", crop_pct, "must be in (0, 1]",
                             ["e.g. ", Named("crop_pct", 1.0), " (CaiT) or ", Named("crop_pct", 0.875), " (DeiT)"],
@@ -423,11 +427,28 @@ def evaluation_transform(image, image_size, crop_pct=1.0):
     return window
 
 
+def check_image_path(path):
+    """`path` of `load_image`: a str or path-like naming a local file; an array, a PIL image, bytes or
+    a URL is an `ArgumentError` naming `path` and what reads it."""
+    in_memory = ("an image already in memory is resized and cropped by "
+                 "keras_cait.images.evaluation_transform.evaluation_transform(np.asarray(image), image_size)")
+    if not isinstance(path, (str, os.PathLike)):
+        kind = type(path).__name__
+        shown = f"<{kind} of shape {np.shape(path)}>" if isinstance(path, np.ndarray) else f"<{kind}>"
+        raise ArgumentError("path", path, f"load_image reads an image file, not a {kind}",
+                            f"give the path of a {IMAGE_FORMATS} file; {in_memory}", usage=True, shown=shown)
+    if re.match(r"https?://", os.fspath(path)):
+        raise ArgumentError("path", os.fspath(path), "load_image reads local files, not URLs",
+                            "download it first, e.g. keras.utils.get_file(origin=url), and give the file's path",
+                            usage=True)
+
+
 def load_image(path, image_size=224, crop_pct=1.0):
     """An image file -> float32 `(H, W, 3)` 0..255, ready for a CaiT with that input size.
 
     See `keras_cait.preprocessing.load_image`.
     """
+    check_image_path(path)
     unreadable = f"Cannot read image {str(path)!r} ({IMAGE_FORMATS} expected)"
     target_size(image_size)  # the arguments checked before the file is read
     check_crop_pct(crop_pct)

@@ -1,6 +1,7 @@
 """keras_cait.images.evaluation_transform against timm's evaluation transform for CaiT's checkpoints."""
 
 import io
+import re
 import struct
 
 import numpy as np
@@ -164,6 +165,31 @@ def test_load_image_errors_name_the_file(tmp_path):
         load_image(tmp_path / "bomb.png")
     with pytest.raises(ValueError, match=r"crop_pct=1.5: must be in \(0, 1\]"):
         crop_geometry(10, 10, 224, crop_pct=1.5)
+
+
+def test_load_image_given_no_path_or_a_crop_pct_of_another_type_names_the_argument(tmp_path):
+    from keras_cait.images.evaluation_transform import evaluation_transform
+
+    Image.new("RGB", (40, 30)).save(tmp_path / "photo.png")
+    photo = Image.open(tmp_path / "photo.png")
+    in_memory = ("; give the path of a JPEG, PNG, GIF, BMP or WebP file; an image already in memory is resized and "
+                 "cropped by keras_cait.images.evaluation_transform.evaluation_transform(np.asarray(image), image_size)")
+    for given, line in [(photo, "path=<PngImageFile>: load_image reads an image file, not a PngImageFile"),
+                        (np.zeros((30, 40, 3)), "path=<ndarray of shape (30, 40, 3)>: load_image reads an image file, "
+                                                "not a ndarray"),
+                        ((tmp_path / "photo.png").read_bytes(), "path=<bytes>: load_image reads an image file, not a "
+                                                                "bytes")]:
+        with pytest.raises(ValueError) as caught:  # were a TypeError of os.stat, a FileNotFoundError of its repr
+            load_image(given, 32)
+        assert str(caught.value) == line + in_memory
+    assert evaluation_transform(np.asarray(photo), 32).shape == (32, 32, 3)  # what the line says works
+    with pytest.raises(ValueError, match=r"^path='https://example.com/cat.jpg': load_image reads local files, not "
+                                         r"URLs; download it first, e.g. keras.utils.get_file\(origin=url\)"):
+        load_image("https://example.com/cat.jpg")  # was TensorFlow's UnimplementedError
+    for crop_pct in ("0.875", None, True):
+        with pytest.raises(ValueError, match=rf"^crop_pct={re.escape(repr(crop_pct))}: must be a number in \(0, 1\], "
+                                             rf"not {type(crop_pct).__name__}; e.g. crop_pct=1.0 \(CaiT\)"):
+            load_image(tmp_path / "photo.png", 32, crop_pct)  # was TypeError: '<' not supported
 
 
 def test_load_image_refuses_a_missing_file_and_a_bad_size_before_tensorflow_reads_anything(tmp_path):
