@@ -3,10 +3,11 @@
 import keras
 import keras_hub
 
+from keras_cait.errors import ArgumentError
 from keras_cait.hub import presets
 from keras_cait.hub.cait_backbone import CaiTBackbone
 from keras_cait.hub.cait_image_classifier_preprocessor import CaiTImageClassifierPreprocessor
-from keras_cait.models.architecture import classifier_head
+from keras_cait.models.architecture import checked_classes, classifier_head
 from keras_cait.models.precision import float32_if_mixed
 
 POOLING_MODES = ("token", "avg")
@@ -55,6 +56,12 @@ class CaiTImageClassifier(keras_hub.models.ImageClassifier):
     ):
         if pooling not in POOLING_MODES:
             raise ValueError(f"pooling={pooling!r}: must be one of {POOLING_MODES}.")
+        if not isinstance(backbone, keras.Model):
+            raise ArgumentError("backbone", backbone, f"CaiTImageClassifier takes a CaiTBackbone, not a "
+                                f"{type(backbone).__name__}", "e.g. CaiTBackbone.from_preset('cait_xxs24_224'), or "
+                                "CaiTImageClassifier.from_preset(...) for the whole classifier", usage=True,
+                                shown=f"<{type(backbone).__name__}>")
+        num_classes = checked_classes(num_classes, "num_classes")  # not Dense's `units`
         head_dtype = head_dtype or float32_if_mixed(backbone.dtype_policy)
 
         # === Layers ===

@@ -51,7 +51,7 @@ class CaiTImageConverter(keras_hub.layers.ImageConverter):
     signature), and `x · scale + offset` = `(x / 255 - mean) / std`.
 
     Args:
-        image_size: `(height, width)` of the model input.
+        image_size: `(height, width)` of the model input, or its side (`224`).
         crop_pct: the fraction of the resized image the crop keeps (CaiT: 1.0).
         scale, offset: per channel; default to the ImageNet mean and std.
 
@@ -72,10 +72,10 @@ class CaiTImageConverter(keras_hub.layers.ImageConverter):
                 )
         if image_size is None:
             raise ValueError("image_size=None: CaiTImageConverter needs the model's (height, width), e.g. (224, 224).")
-        from keras_cait.images.evaluation_transform import check_crop_pct
+        from keras_cait.images.evaluation_transform import check_crop_pct, target_size
 
         check_crop_pct(crop_pct)
-        super().__init__(image_size=tuple(image_size), scale=scale, offset=offset, **kwargs)
+        super().__init__(image_size=target_size(image_size), scale=scale, offset=offset, **kwargs)
         self.crop_pct = crop_pct
 
     def call(self, inputs):

@@ -162,14 +162,15 @@ def classifier_head(classes, activation, dtype):
                               dtype=dtype)
 
 
-def checked_classes(classes):
+def checked_classes(classes, argument="classes"):
     """`classes`, the number of classes of a head, as an int (a numpy integer too), after checking that
-    it is a positive integer (not a bool, a float or a str); else an `ArgumentError` naming `classes`.
-    `build_cait`, `with_new_head` and `load_classifier` take a head's classes through it."""
+    it is a positive integer (not a bool, a float or a str); else an `ArgumentError` naming `argument`.
+    `build_cait`, `with_new_head`, `load_classifier` and keras-hub's `CaiTImageClassifier`
+    (`num_classes`) take a head's classes through it."""
     if isinstance(classes, bool) or not isinstance(classes, numbers.Integral) or classes < 1:
         kind = "" if isinstance(classes, numbers.Integral) and not isinstance(classes, bool) else \
             f", not {type(classes).__name__}"
-        raise ArgumentError("classes", classes, f"must be a positive integer, the number of classes{kind}", "e.g. 10",
+        raise ArgumentError(argument, classes, f"must be a positive integer, the number of classes{kind}", "e.g. 10",
                             usage=True)
     return int(classes)
 

@@ -140,6 +140,22 @@ def test_the_converter_refuses_another_transform():
         CaiTImageConverter(interpolation="bilinear")
 
 
+def test_the_hub_classes_name_their_own_arguments_given_the_wrong_type():
+    backbone = CaiTBackbone(image_shape=(TINY_SIZE, TINY_SIZE, 3), **TINY_CAIT)
+    for num_classes, kind in [(0, ""), ("3", ", not str"), (2.0, ", not float")]:
+        with pytest.raises(ValueError, match=rf"^num_classes={num_classes!r}: must be a positive integer, the number "
+                                             rf"of classes{kind}; e.g. 10$"):  # was Dense's `units`
+            CaiTImageClassifier(backbone, num_classes)
+    with pytest.raises(ValueError, match=r"^backbone=<str>: CaiTImageClassifier takes a CaiTBackbone, not a str"):
+        CaiTImageClassifier("cait_xxs24_224", 3)  # was AttributeError: 'str' object has no attribute 'dtype_policy'
+    with pytest.raises(ValueError, match=r"^image_shape=32: must be \(height, width, channels\), a tuple of ints, "
+                                         r"not int; e.g. image_shape=\(224, 224, 3\)$"):
+        CaiTBackbone(image_shape=32, **TINY_CAIT)  # was TypeError: 'int' object is not iterable
+    assert CaiTImageConverter(image_size=TINY_SIZE).image_size == (TINY_SIZE, TINY_SIZE)  # a side, as load_image's
+    with pytest.raises(ValueError, match=r"^image_size='32': must be a positive integer or a \(height, width\) pair"):
+        CaiTImageConverter(image_size="32")
+
+
 @pytest.fixture(scope="module")
 def fitted(tmp_path_factory, digits):
     """A tiny classifier after `fit` on a folder of digit images (3 classes, 40×40 PNGs)."""
