@@ -7,9 +7,11 @@ runs it in tf.data.
 """
 
 import dataclasses
+import numbers
 
 import keras
 
+from keras_cait.errors import ArgumentError, Named
 from keras_cait.preprocessing import IMAGENET_MEAN, IMAGENET_STD
 from keras_cait.training.mixup_cutmix import MixupCutmix
 from keras_cait.training.rand_augment import RandAugment
@@ -81,6 +83,17 @@ def random_erasing(probability=0.25):
     return erase
 
 
+# Augmentation's numbers: (field, lowest, highest or None, highest allowed, DeiT's value as the example).
+_NUMBER_RANGES = (
+    ("rand_augment_magnitude", 0, 10, True, DEIT.randaugment),
+    ("random_erasing", 0, 1, True, DEIT.reprob),
+    ("mixup_alpha", 0, None, True, DEIT.mixup),
+    ("cutmix_alpha", 0, None, True, DEIT.cutmix),
+    ("switch_prob", 0, 1, True, DEIT.mixup_switch_prob),
+    ("label_smoothing", 0, 1, False, DEIT.smoothing),
+)
+
+
 @dataclasses.dataclass(frozen=True)
 class Augmentation:
     """DeiT/CaiT's training augmentation; every default is DeiT's (`knobs.DEIT`, which says where
@@ -115,8 +128,25 @@ class Augmentation:
     repeats: int = DEIT.repeated_aug
 
     def __post_init__(self):
-        if self.repeats < 1:
-            raise ValueError(f"repeats={self.repeats}: must be >= 1 (1 disables repetition).")
+        # Checked here, by the names given: the stream's layers would name their own arguments later
+        # (`magnitude`, `probability`) or fail on a type inside tf.data.
+        for name, example, note in (("image_size", 224, ""), ("num_classes", 10, ""),
+                                    ("repeats", DEIT.repeated_aug, " (1 disables repetition)")):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+                kind = "" if isinstance(value, numbers.Integral) and not isinstance(value, bool) else \
+                    f", not {type(value).__name__}"
+                raise ArgumentError(name, value, f"must be a positive integer{kind}{note}", ["e.g. ", Named(name, example)],
+                                    usage=True)
+        for name, low, high, closed, example in _NUMBER_RANGES:
+            value = getattr(self, name)
+            within = f"in [{low}, {high}{']' if closed else ')'}" if high is not None else f"of at least {low}"
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise ArgumentError(name, value, f"must be a number {within}, not {type(value).__name__}",
+                                    ["e.g. ", Named(name, example)], usage=True)
+            if not (low <= value and (high is None or value < high or closed and value == high)):
+                raise ArgumentError(name, value, f"must be a number {within}", ["e.g. ", Named(name, example)],
+                                    usage=True)
 
     # The layers compute in float32 under any global policy, as `rand_augment` does.
     def crop(self):

@@ -107,3 +107,23 @@ def test_the_images_are_the_same_float32_under_every_policy(folder, policy):
             assert images.dtype == np.float32
             np.testing.assert_array_equal(images, want_images)
             np.testing.assert_array_equal(labels, want_labels)
+
+
+@pytest.mark.parametrize("changes, line", [
+    (dict(random_erasing=2), "random_erasing=2: must be a number in [0, 1]; e.g. random_erasing=0.25"),
+    (dict(rand_augment_magnitude=20), "rand_augment_magnitude=20: must be a number in [0, 10]; "
+                                      "e.g. rand_augment_magnitude=9.0"),
+    (dict(label_smoothing=1), "label_smoothing=1: must be a number in [0, 1); e.g. label_smoothing=0.1"),
+    (dict(mixup_alpha=-1), "mixup_alpha=-1: must be a number of at least 0; e.g. mixup_alpha=0.8"),
+    (dict(switch_prob="0.5"), "switch_prob='0.5': must be a number in [0, 1], not str; e.g. switch_prob=0.5"),
+    (dict(image_size="32"), "image_size='32': must be a positive integer, not str; e.g. image_size=224"),
+    (dict(num_classes=0), "num_classes=0: must be a positive integer; e.g. num_classes=10"),
+    (dict(repeats="3"), "repeats='3': must be a positive integer, not str (1 disables repetition); e.g. repeats=3"),
+])
+def test_an_augmentation_that_cannot_work_is_refused_when_made_naming_its_field(changes, line):
+    # Before: accepted, then refused by the stream's layers as `probability=2` or `magnitude=20` (arguments
+    # nobody gave), or a TypeError ('<' between str and int) in tf.data.
+    with pytest.raises(ValueError) as caught:
+        Augmentation(**{"image_size": 32, "num_classes": 3, **changes})
+    assert str(caught.value) == line
+    assert Augmentation(np.int64(32), np.int64(3), rand_augment_magnitude=np.float32(9)).image_size == 32
