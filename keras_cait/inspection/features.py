@@ -21,6 +21,7 @@ to keep in sync after fine-tuning). It ends at the last block asked for (timm's
     final, maps = forward_intermediates(model, images, indices=2, norm=True)
 """
 
+import collections.abc
 import weakref
 
 import keras
@@ -28,6 +29,7 @@ import numpy as np
 
 from keras_cait.layers import PositionEmbedding
 from keras_cait.models.blocks import SelfAttentionBlock
+from keras_cait.models.inputs import check_images
 from keras_cait.models.surgery import check_model_object
 
 OUTPUT_FORMATS = ("NLC", "NHWC")
@@ -41,6 +43,12 @@ def _take_indices(indices, depth):
     """Block indices in block order: an int n takes the last n, a list the ones named."""
     if indices is None:
         indices = depth
+    if isinstance(indices, (bool, np.bool_)) or not isinstance(indices, (int, np.integer, collections.abc.Iterable)) \
+            or isinstance(indices, str):
+        raise ValueError(
+            f"indices={indices!r}: not a block index; give an integer n for the last n blocks (e.g. 4), "
+            "a list of block indices (e.g. [0, -1]), or None for every block."
+        )
     if isinstance(indices, (int, np.integer)):
         if not 0 < indices <= depth:
             raise ValueError(
@@ -50,7 +58,8 @@ def _take_indices(indices, depth):
         return list(range(depth - int(indices), depth))
     taken = set()
     for index in indices:
-        if not isinstance(index, (int, np.integer)) or not -depth <= index < depth:
+        if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)) \
+                or not -depth <= index < depth:
             raise ValueError(
                 f"indices={indices!r}: {index!r} is not a block index; the model has "
                 f"{depth} self-attention blocks, so use integers from {-depth} to "
@@ -157,6 +166,9 @@ def forward_intermediates(
         inputs, outputs, features = _tapped(model, indices, norm, output_format)
         outputs = features if intermediates_only else [outputs, features]
         cached[key] = keras.Model(inputs, outputs, name=f"{model.name}_intermediates")
+    if not hasattr(images, "shape"):
+        images = np.asarray(images)
+    check_images(images, model.inputs[0].shape, model.name)  # the model's own check, not the replay's name
     result = cached[key](images, training=False)
     final, features = (None, result) if intermediates_only else result
     features = list(features) if isinstance(features, (list, tuple)) else [features]

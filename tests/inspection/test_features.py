@@ -1,5 +1,7 @@
 """keras_cait.inspection.features: the outputs of chosen self-attention blocks, as timm's forward_intermediates."""
 
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -112,3 +114,24 @@ def test_intermediates_only_is_a_list_even_of_one(pair):
 def test_bad_arguments_are_refused_naming_what_is_allowed(pair, arguments, message):
     with pytest.raises(ValueError, match=message):
         feature_extractor(pair[1], **arguments)
+
+
+@pytest.mark.parametrize("indices", [True, 2.0, "all", [0, True]])
+def test_indices_that_are_no_block_indices_are_refused_naming_them(tiny_cait, indices):
+    # Before: True took the last block and [0, True] blocks 0 and 1 (bools as ints); 2.0 was
+    # TypeError: 'float' object is not iterable; 'all' named its letter 'a'.
+    with pytest.raises(ValueError, match=rf"^indices={re.escape(repr(indices))}: (True is )?not a block index"):
+        feature_extractor(tiny_cait(), indices=indices)
+
+
+def test_images_forward_intermediates_cannot_take_are_refused_by_the_model_s_own_check(tiny_cait):
+    # Before: Keras' `Input 0 with name 'images' of layer 'cait_intermediates' is incompatible`, a model
+    # the caller never made.
+    model = tiny_cait()
+    with pytest.raises(ValueError, match=r"^images of shape \(32, 32, 3\): cait takes images of shape "
+                                         r"\(batch, 32, 32, 3\); for one image add the batch axis: images\[None\]"):
+        forward_intermediates(model, np.zeros((32, 32, 3)))
+    with pytest.raises(ValueError, match=r"^images of shape \(1, 64, 64, 3\): cait takes images of shape"):
+        forward_intermediates(model, np.zeros((1, 64, 64, 3)))
+    final, features = forward_intermediates(model, [np.zeros((32, 32, 3))], indices=1)  # a list is an array
+    assert [tuple(x.shape) for x in features] == [(1, 4, 64)]
