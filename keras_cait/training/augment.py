@@ -136,8 +136,8 @@ class Augmentation:
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
                 kind = "" if isinstance(value, numbers.Integral) and not isinstance(value, bool) else \
                     f", not {type(value).__name__}"
-                raise ArgumentError(name, value, f"must be a positive integer{kind}{note}", ["e.g. ", Named(name, example)],
-                                    usage=True)
+                raise ArgumentError(name, value, f"must be a positive integer{kind}{note}",
+                                    ["e.g. ", Named(name, example)], usage=True)
         for name, low, high, closed, example in _NUMBER_RANGES:
             value = getattr(self, name)
             within = f"in [{low}, {high}{']' if closed else ')'}" if high is not None else f"of at least {low}"

@@ -30,7 +30,9 @@ import numbers
 import keras
 
 from keras_cait.errors import ArgumentError, Named
-from keras_cait.models.surgery import HEAD_NAME, check_model_object, merge_lora  # noqa: F401  merge_lora: also keras_cait.training.lora's
+from keras_cait.models.surgery import (  # noqa: F401  merge_lora: also keras_cait.training.lora's
+    HEAD_NAME, check_model_object, merge_lora,
+)
 
 ATTENTION_PROJECTIONS = ("qkv", "query", "key", "value", "output_projection")
 

@@ -126,8 +126,9 @@ def load_state_dict(model, state_dict, source="checkpoint", allow_nonfinite=Fals
                              "with keras_cait.weights.load_weights_file(model, ", repr(path), ")"], usage=True)
     if not isinstance(state_dict, collections.abc.Mapping):
         raise ArgumentError("state_dict", state_dict, f"must be a dict of timm names to arrays, not a "
-                            f"{type(state_dict).__name__}", "e.g. keras_cait.weights.read_checkpoint('model.safetensors')",
-                            usage=True, shown=f"<{type(state_dict).__name__}>")
+                            f"{type(state_dict).__name__}",
+                            "e.g. keras_cait.weights.read_checkpoint('model.safetensors')", usage=True,
+                            shown=f"<{type(state_dict).__name__}>")
     key_map = list(timm_key_map(model, head))
     expected = {key for key, _, _ in key_map}
     missing = expected - set(state_dict)

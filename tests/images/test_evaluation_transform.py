@@ -173,7 +173,8 @@ def test_load_image_given_no_path_or_a_crop_pct_of_another_type_names_the_argume
     Image.new("RGB", (40, 30)).save(tmp_path / "photo.png")
     photo = Image.open(tmp_path / "photo.png")
     in_memory = ("; give the path of a JPEG, PNG, GIF, BMP or WebP file; an image already in memory is resized and "
-                 "cropped by keras_cait.images.evaluation_transform.evaluation_transform(np.asarray(image), image_size)")
+                 "cropped by keras_cait.images.evaluation_transform.evaluation_transform(np.asarray(image), "
+                 "image_size)")
     for given, line in [(photo, "path=<PngImageFile>: load_image reads an image file, not a PngImageFile"),
                         (np.zeros((30, 40, 3)), "path=<ndarray of shape (30, 40, 3)>: load_image reads an image file, "
                                                 "not a ndarray"),
