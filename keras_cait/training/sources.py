@@ -8,6 +8,7 @@ a source into training batches and evaluation batches, and
 
 import contextlib
 import dataclasses
+import numbers
 import os
 from collections.abc import Callable
 
@@ -52,6 +53,20 @@ class ImageSource:
     @property
     def num_classes(self):
         return len(self.class_names)
+
+
+def checked_source(source, needed_by):
+    """`source` of `needed_by` (`split`, the streams), which takes an `ImageSource`: a path is refused
+    saying how to read it, anything else naming its type; an `ArgumentError` naming `source`."""
+    if isinstance(source, ImageSource):
+        return source
+    if isinstance(source, (str, os.PathLike)):
+        raise ArgumentError("source", os.fspath(source), f"{needed_by} takes an ImageSource, not a path",
+                            ["read the folder first: keras_cait.training.sources.image_folder(",
+                             repr(os.fspath(source)), ")"], usage=True)
+    raise ArgumentError("source", source, f"{needed_by} takes an ImageSource, not a {type(source).__name__}",
+                        "e.g. keras_cait.training.sources.image_folder('photos')", usage=True,
+                        shown=f"<{type(source).__name__}>")
 
 
 def image_folder(directory):
@@ -252,8 +267,12 @@ def split(source, fraction, seed=0):
     `fraction` of its images, and never its last one, so that every class is trained on
     (`class_counts` tells the classes of 1 image, which cannot be split).
     """
-    if not 0 < fraction < 1:
-        raise ArgumentError("fraction", fraction, "must be above 0 and below 1", ["e.g. ", Named("fraction", 0.1)])
+    checked_source(source, "split")
+    if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real) or not 0 < fraction < 1:
+        kind = "" if isinstance(fraction, numbers.Real) and not isinstance(fraction, bool) else \
+            f", not {type(fraction).__name__}"
+        raise ArgumentError("fraction", fraction, f"must be above 0 and below 1{kind}",
+                            ["e.g. ", Named("fraction", 0.1)])
     held_out = max(1, round(source.num_examples * fraction))
     if held_out >= source.num_examples:
         raise ValueError(f"Cannot hold out {fraction:.0%} of {source.num_examples} examples.")

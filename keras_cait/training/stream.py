@@ -9,10 +9,14 @@ reference's evaluation transform (`keras_cait.images.evaluation_transform`).
 """
 
 import math
+import numbers
 
-from keras_cait.images.evaluation_transform import decode_image, decoded_size, evaluation_transform
+from keras_cait.errors import ArgumentError, Named
+from keras_cait.images.evaluation_transform import (
+    check_crop_pct, decode_image, decoded_size, evaluation_transform, target_size,
+)
 from keras_cait.io.stderr import load_tensorflow
-from keras_cait.training import augment, mixup_cutmix, random_resized_crop
+from keras_cait.training import augment, mixup_cutmix, random_resized_crop, sources
 from keras_cait.training.random_resized_crop import ATTEMPTS
 
 tf = load_tensorflow()  # on JAX or PyTorch, its first import: without TensorFlow's start-up lines
@@ -64,6 +68,9 @@ def evaluation_dataset(source, image_size, batch_size, crop_pct=1.0, one_hot=Fal
     (to match a categorical training loss). `cache=True` keeps the transformed
     images in memory after the first pass.
     """
+    sources.checked_source(source, "evaluation_dataset")
+    _check_batch_size(batch_size)
+    target_size(image_size), check_crop_pct(crop_pct)  # checked here, not inside the tf.data function
     num_classes = source.num_classes
 
     def prepare(*element):
@@ -98,8 +105,17 @@ def _block_shuffle(examples, buffer, key):
     return examples.batch(buffer).enumerate().map(permute).unbatch()
 
 
+def _check_batch_size(batch_size):
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+        kind = "" if isinstance(batch_size, numbers.Integral) and not isinstance(batch_size, bool) else \
+            f", not {type(batch_size).__name__}"
+        raise ArgumentError("batch_size", batch_size, f"must be a positive integer{kind}",
+                            ["e.g. ", Named("batch_size", 64)], usage=True)
+
+
 def steps_per_epoch(source, batch_size):
     """Full batches per epoch (the last partial batch is dropped, as DeiT's loader does)."""
+    _check_batch_size(batch_size)
     steps = source.num_examples // batch_size
     if steps == 0:
         raise ValueError(
@@ -142,6 +158,12 @@ def training_stream(
     Returns:
         a `tf.data.Dataset` of `(images (B, S, S, 3) float32 0..255, soft labels (B, K))`.
     """
+    sources.checked_source(source, "training_stream")
+    if not isinstance(augmentation, augment.Augmentation):
+        raise ArgumentError("augmentation", augmentation, f"training_stream takes an Augmentation, not a "
+                            f"{type(augmentation).__name__}", "e.g. keras_cait.training.Augmentation(224, "
+                            "source.num_classes), or a recipe's: RECIPES['transfer'].augmentation(224, "
+                            "source.num_classes)", usage=True, shown=f"<{type(augmentation).__name__}>")
     steps = steps_per_epoch(source, batch_size)
     examples_per_epoch = steps * batch_size
     first_epoch, first_batch = divmod(start_step, steps)

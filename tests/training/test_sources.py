@@ -152,3 +152,13 @@ def test_class_names_given_with_a_folder_are_checked_against_its_classes(folder)
     assert str(raised.value).startswith(f"class_names=['cat', 'dog']: the folder {folder!r} has the classes "
                                         f"{', '.join(classes[:5])}")
     assert str(raised.value).endswith("; leave class_names out for a folder, or give those names in that order")
+
+
+def test_split_given_a_path_or_a_fraction_of_another_type_names_the_argument(folder):
+    # Before: AttributeError: 'str' object has no attribute 'num_examples'; TypeError: '<' not supported.
+    with pytest.raises(ArgumentError, match=rf"^source='{folder}': split takes an ImageSource, not a path; read the "
+                                            rf"folder first: keras_cait.training.sources.image_folder\('{folder}'\)$"):
+        sources.split(str(folder), 0.1)
+    with pytest.raises(ArgumentError, match=r"^fraction='0.1': must be above 0 and below 1, not str; e.g. "
+                                            r"fraction=0.1$"):
+        sources.split(sources.image_folder(folder), "0.1")

@@ -127,3 +127,31 @@ def test_an_augmentation_that_cannot_work_is_refused_when_made_naming_its_field(
         Augmentation(**{"image_size": 32, "num_classes": 3, **changes})
     assert str(caught.value) == line
     assert Augmentation(np.int64(32), np.int64(3), rand_augment_magnitude=np.float32(9)).image_size == 32
+
+
+def test_a_stream_given_a_path_no_augmentation_or_a_batch_that_cannot_work_names_the_argument(folder):
+    # Before: AttributeError ('str' object has no attribute 'num_classes', 'NoneType' ... 'repeats'),
+    # ZeroDivisionError, TensorFlow's `Batch size must be greater than zero`, a StagingError from inside tf.data.
+    source = sources.image_folder(folder)
+    augmentation = Augmentation(32, source.num_classes, **NO_AUGMENTATION)
+    for call, line in [
+        (lambda: stream.training_stream(str(folder), augmentation, 4, 1),
+         f"source='{folder}': training_stream takes an ImageSource, not a path; read the folder first: "
+         f"keras_cait.training.sources.image_folder('{folder}')"),
+        (lambda: stream.evaluation_dataset(str(folder), 32, 4),
+         f"source='{folder}': evaluation_dataset takes an ImageSource, not a path; read the folder first: "
+         f"keras_cait.training.sources.image_folder('{folder}')"),
+        (lambda: stream.training_stream(source, None, 4, 1),
+         "augmentation=<NoneType>: training_stream takes an Augmentation, not a NoneType; e.g. "
+         "keras_cait.training.Augmentation(224, source.num_classes), or a recipe's: "
+         "RECIPES['transfer'].augmentation(224, source.num_classes)"),
+        (lambda: stream.training_stream(source, augmentation, 0, 1),
+         "batch_size=0: must be a positive integer; e.g. batch_size=64"),
+        (lambda: stream.evaluation_dataset(source, 32, "4"),
+         "batch_size='4': must be a positive integer, not str; e.g. batch_size=64"),
+        (lambda: stream.evaluation_dataset(source, "32", 4),
+         "image_size='32': must be a positive integer or a (height, width) pair of them; e.g. image_size=224"),
+    ]:
+        with pytest.raises(ValueError) as caught:
+            call()
+        assert str(caught.value) == line
