@@ -9,6 +9,7 @@ import math
 import keras
 from keras import ops
 
+from keras_cait.errors import ArgumentError, Named
 from keras_cait.training.knobs import DEIT
 
 # The defaults are DeiT's recipe (keras_cait.training.knobs holds its values).
@@ -17,6 +18,19 @@ REFERENCE_BATCH_SIZE = DEIT.lr_batch
 WARMUP_LEARNING_RATE = DEIT.warmup_lr
 MIN_LEARNING_RATE = DEIT.min_lr
 WARMUP_EPOCHS = DEIT.warmup_epochs
+
+
+_EXAMPLES = dict(global_batch_size=512, base=5e-4, reference_batch_size=512, peak=1e-3, total_steps=1000,
+                 warmup_steps=50, warmup_start=1e-6, minimum=1e-5, epochs=300, steps_per_epoch=2502, warmup_epochs=5)
+
+
+def _check_numbers(**values):
+    """An `ArgumentError` naming the first of `values` that is no number (a str read from a config
+    file, None, a bool); the ranges are each function's own checks."""
+    for name, value in values.items():
+        if isinstance(value, bool) or not hasattr(value, "__float__"):
+            raise ArgumentError(name, value, f"must be a number, not {type(value).__name__}",
+                                ["e.g. ", Named(name, _EXAMPLES[name])], usage=True)
 
 
 def scaled_learning_rate(
@@ -31,6 +45,7 @@ def scaled_learning_rate(
     >>> scaled_learning_rate(1024)
     0.001
     """
+    _check_numbers(global_batch_size=global_batch_size, base=base, reference_batch_size=reference_batch_size)
     if global_batch_size <= 0:
         raise ValueError(f"global_batch_size={global_batch_size}: must be a positive integer.")
     return base * global_batch_size / reference_batch_size
@@ -61,6 +76,8 @@ def warmup_cosine(
         warmup_start: the rate of the first step (DeiT: 1e-6).
         minimum: the final rate (DeiT: 1e-5).
     """
+    _check_numbers(peak=peak, total_steps=total_steps, warmup_steps=warmup_steps, warmup_start=warmup_start,
+                   minimum=minimum)
     if not 0 <= warmup_steps < total_steps:
         raise ValueError(
             f"warmup_steps={warmup_steps}, total_steps={total_steps}: the warmup must be "
@@ -111,6 +128,8 @@ class EpochCosine(keras.optimizers.schedules.LearningRateSchedule):
         warmup_start=WARMUP_LEARNING_RATE,
         minimum=MIN_LEARNING_RATE,
     ):
+        _check_numbers(peak=peak, epochs=epochs, steps_per_epoch=steps_per_epoch, warmup_epochs=warmup_epochs,
+                       warmup_start=warmup_start, minimum=minimum)
         if epochs <= 0 or steps_per_epoch <= 0 or not 0 <= warmup_epochs < epochs:
             raise ValueError(
                 f"epochs={epochs}, steps_per_epoch={steps_per_epoch}, warmup_epochs="

@@ -3,6 +3,7 @@
 import math
 
 import keras
+import numpy as np
 import pytest
 
 from keras_cait.training import scaled_learning_rate, warmup_cosine
@@ -89,3 +90,22 @@ def test_epoch_cosine_config_round_trip_and_errors():
     assert float(clone(23)) == pytest.approx(float(schedule(23)))
     with pytest.raises(ValueError, match="warmup_epochs=10"):
         EpochCosine(1e-3, 10, 5, warmup_epochs=10)
+
+
+def test_a_rate_or_a_length_that_is_no_number_is_refused_naming_it():
+    # A YAML config reads 1e-3 as the str '1e-3'. Before: TypeError: '<=' not supported between
+    # instances of 'float' and 'str' (or 'int' and 'NoneType').
+    from keras_cait.training.schedule import EpochCosine
+
+    for call, line in [
+        (lambda: warmup_cosine("1e-3", 1000, 50), "peak='1e-3': must be a number, not str; e.g. peak=0.001"),
+        (lambda: warmup_cosine(1e-3, None, 50), "total_steps=None: must be a number, not NoneType; e.g. "
+                                                 "total_steps=1000"),
+        (lambda: EpochCosine(1e-3, "10", 5), "epochs='10': must be a number, not str; e.g. epochs=300"),
+        (lambda: scaled_learning_rate("64"), "global_batch_size='64': must be a number, not str; e.g. "
+                                             "global_batch_size=512"),
+    ]:
+        with pytest.raises(ValueError) as caught:
+            call()
+        assert str(caught.value) == line
+    assert scaled_learning_rate(np.int64(512)) == pytest.approx(5e-4)  # numpy's numbers are numbers
