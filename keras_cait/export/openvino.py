@@ -20,7 +20,7 @@ from keras_cait.export.core import (
 from keras_cait.export.formats import CALIBRATION_SIZE, by_exporter
 from keras_cait.export.inference_graph import InferenceGraph
 from keras_cait.io.atomic import written_atomically
-from keras_cait.models.loader import check_model_object
+from keras_cait.models.surgery import check_model_object
 
 FORMAT = by_exporter("export_openvino")
 # What stays float in int8 (docs/export.md, "OpenVINO int8 with NNCF"): the roles of `matmul_roles`

@@ -51,7 +51,7 @@ from keras_cait.images.evaluation_transform import (
 )
 from keras_cait.io.atomic import written_atomically
 from keras_cait.models.class_names import checked_class_names, class_count, class_names_of
-from keras_cait.models.loader import check_model_object
+from keras_cait.models.surgery import check_model_object
 
 
 @renamed_keywords(precision="compute_dtype")

@@ -32,7 +32,7 @@ from keras_cait.errors import ArgumentError, Named
 from keras_cait.layers import PositionEmbedding
 from keras_cait.models.blocks import ClassAttentionBlock, SelfAttentionBlock
 from keras_cait.models.inputs import check_images
-from keras_cait.models.loader import check_model_object
+from keras_cait.models.surgery import check_model_object
 
 # model -> {self-attention block indices: the attention model}. Weak keys: the
 # cache does not keep a deleted model (and its weights) alive.

@@ -34,10 +34,9 @@ from keras_cait.models.architecture import POOLING_MODES, CaiTModel, checked_cla
 from keras_cait.models.blocks import ClassAttentionBlock
 from keras_cait.models.class_names import class_count
 from keras_cait.models.inputs import checked_image_size
-from keras_cait.models.surgery import (  # noqa: F401  check_model_object: also loader's, as callers import it
+from keras_cait.models.surgery import (
     FEATURE_LAYERS,
     at_resolution,
-    check_model_object,
     checked_dtype,
     pooled_features,
     with_drop_path_rate,

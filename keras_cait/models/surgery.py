@@ -92,10 +92,7 @@ def set_backbone_trainable(model, trainable):
     Recompile the model afterwards, as Keras requires, e.g. with a lower
     learning rate for fine-tuning the whole network after training the head.
     """
-    if not isinstance(model, keras.Model):
-        raise ArgumentError("model", model, f"set_backbone_trainable takes a Keras model, not a {type(model).__name__}",
-                            "e.g. keras_cait.models.with_new_head(keras_cait.CaiT_XXS24(), 5)",
-                            usage=True, shown=f"<{type(model).__name__}>")
+    check_model_object(model, "set_backbone_trainable")
     if not isinstance(trainable, (bool, np.bool_)):
         raise ArgumentError("trainable", trainable, "must be True (unfreeze) or False (freeze)",
                             ["e.g. ", Named("trainable", False), " to train the head alone"], usage=True)

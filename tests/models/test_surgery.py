@@ -57,7 +57,7 @@ def test_freezing_takes_a_bool_and_a_model_naming_what_it_was_given(tiny_cait, t
     assert len(model.trainable_weights) > 2  # nothing frozen by the refused call
     set_backbone_trainable(model, np.bool_(False))
     assert [v.path for v in model.trainable_weights] == ["predictions/kernel", "predictions/bias"]
-    with pytest.raises(ValueError, match="^model=<str>: set_backbone_trainable takes a Keras model, not a str"):
+    with pytest.raises(ValueError, match="^model='model.keras': set_backbone_trainable takes a Keras model, not a name"):
         set_backbone_trainable("model.keras", True)
 
 
