@@ -11,6 +11,7 @@
     ExtraMissing     an ImportError naming the optional extra that installs what is missing
     require_extra    imports a module of an optional extra, or raises `ExtraMissing`
     listed           a list shortened for a message: `a, b, c and 4 more`
+    checked_bool     a True/False argument as a bool, or an ArgumentError (a str 'no' is not False)
 
 `str(error)` speaks Python, one line:
 
@@ -26,6 +27,8 @@ import contextlib
 import contextvars
 import importlib
 import os
+
+import numpy
 
 _NOTHING = object()
 
@@ -128,6 +131,16 @@ class ArgumentError(ValueError):
 
     def __reduce__(self):
         return _rebuilt, (type(self), self.__dict__)
+
+
+def checked_bool(argument, value, allowed=None):
+    """`value` as a bool where it is True or False (numpy's too); else an `ArgumentError` naming
+    `argument`, with `allowed` (what each means, e.g. "True (unfreeze) or False (freeze)"). A str
+    such as 'no' from a config is truthy, so taking it would do the opposite of what was meant."""
+    if isinstance(value, (bool, numpy.bool_)):
+        return bool(value)
+    raise ArgumentError(argument, value, f"must be {allowed or 'True or False'}, not {type(value).__name__}",
+                        usage=True)
 
 
 def _rebuilt(kind, state):

@@ -9,7 +9,7 @@ import numbers
 
 import numpy as np
 
-from keras_cait.errors import ArgumentError, Named
+from keras_cait.errors import ArgumentError, Named, checked_bool
 
 # The mean and std of ImageNet-1k's RGB pixels on a 0..1 scale, as every CaiT checkpoint was
 # trained with them (timm's IMAGENET_DEFAULT_MEAN / _STD); the model normalises with them too.
@@ -26,8 +26,12 @@ def preprocess_input(x, include_preprocessing=True):
     `include_preprocessing=False`, pass `include_preprocessing=False` here to get
     `(x / 255 - mean) / std` with the ImageNet mean and std.
     """
-    if include_preprocessing:
+    if checked_bool("include_preprocessing", include_preprocessing,
+                    "True (the model normalises its input itself) or False (normalised here)"):
         return x
+    if x is None or isinstance(x, (str, bytes)):
+        raise ArgumentError("x", x, "must be images, 0..255 RGB (an array or a tensor), not "
+                            f"{type(x).__name__}", "e.g. load_image(path, 224)[None]", usage=True)
     x = np.asarray(x, dtype="float32") / 255.0
     return (x - np.array(IMAGENET_MEAN, "float32")) / np.array(IMAGENET_STD, "float32")
 

@@ -109,6 +109,14 @@ def test_preprocess_input_is_the_identity_for_models_that_normalise_themselves()
     assert preprocess_input(images) is images
 
 
+def test_preprocess_input_given_no_images_names_them():
+    from keras_cait.errors import ArgumentError
+
+    with pytest.raises(ArgumentError, match=r"^x=None: must be images, 0..255 RGB \(an array or a tensor\), not "
+                                            r"NoneType; e.g. load_image\(path, 224\)\[None\]$"):
+        preprocess_input(None, include_preprocessing=False)  # was an array of NaNs
+
+
 def test_preprocess_input_without_model_preprocessing_is_timms_normalisation():
     import torch
     from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD

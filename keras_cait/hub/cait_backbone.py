@@ -5,7 +5,7 @@ import keras_hub
 
 from keras_cait.hub import presets
 from keras_cait.models.architecture import build_cait
-from keras_cait.models.inputs import checked_input_shape
+from keras_cait.models.inputs import channels_last_shape, check_input_shape, checked_input_shape
 
 
 @keras.saving.register_keras_serializable(package="keras_cait")
@@ -52,6 +52,7 @@ class CaiTBackbone(keras_hub.models.Backbone):
         **kwargs,
     ):
         image_shape = checked_input_shape(image_shape, "image_shape")
+        check_input_shape(channels_last_shape(image_shape), patch_size, "image_shape")
         # === Functional Model ===
         cait = build_cait(
             embed_dim=embed_dim, depth=depth, num_heads=num_heads, init_values=init_values,

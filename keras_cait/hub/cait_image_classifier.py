@@ -69,7 +69,7 @@ class CaiTImageClassifier(keras_hub.models.ImageClassifier):
         self.preprocessor = preprocessor
         self.output_dropout = keras.layers.Dropout(dropout, dtype=head_dtype, name="output_dropout")
         # The head of every CaiT classifier: initialised as build_cait's and with_new_head's.
-        self.output_dense = classifier_head(num_classes, activation, head_dtype)
+        self.output_dense = classifier_head(num_classes, activation, head_dtype, argument="activation")
 
         # === Functional Model ===
         inputs = self.backbone.input

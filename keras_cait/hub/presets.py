@@ -12,7 +12,7 @@ a checkpoint file instead, with no network (`weights_argument`).
 
 import os
 
-from keras_cait.errors import ArgumentError, Named
+from keras_cait.errors import ArgumentError, Named, checked_bool
 from keras_cait.models import VARIANTS, checked_weights, load_classifier, parse_model_name
 from keras_cait.weights import CHECKPOINTS, checkpoint_grid, load_imagenet_weights, load_state_dict, read_checkpoint
 
@@ -59,6 +59,7 @@ def weights_argument(preset, load_weights, options):
     a download error asks for when there is no network. It applies to the released presets only; a
     preset folder or handle holds its own weights.
     """
+    load_weights = checked_bool("load_weights", load_weights, "True (the preset's weights) or False (random)")
     if "weights" not in options:
         return "imagenet" if load_weights else None
     given = options.pop("weights")

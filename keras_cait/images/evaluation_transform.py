@@ -45,7 +45,7 @@ import re
 
 import numpy as np
 
-from keras_cait.errors import ArgumentError, Named
+from keras_cait.errors import ArgumentError, Named, quietly_caused
 from keras_cait.images.decoder_messages import decoder_messages_dropped
 from keras_cait.io.stderr import load_tensorflow
 
@@ -468,6 +468,6 @@ def load_image(path, image_size=224, crop_pct=1.0):
         with decoder_messages_dropped():  # a damaged file's decoder lines: the error below names it
             return evaluation_transform(decode_image(encoded), image_size, crop_pct).numpy()
     except tf.errors.NotFoundError as error:
-        raise FileNotFoundError(f"Image {str(path)!r} does not exist.") from error
+        raise quietly_caused(FileNotFoundError(f"Image {str(path)!r} does not exist."), error) from None
     except tf.errors.InvalidArgumentError as error:
-        raise ValueError(f"{unreadable}: {decode_error_reason(error.message)}.") from error
+        raise quietly_caused(ValueError(f"{unreadable}: {decode_error_reason(error.message)}."), error) from None

@@ -27,6 +27,7 @@ import weakref
 import keras
 import numpy as np
 
+from keras_cait.errors import checked_bool
 from keras_cait.layers import PositionEmbedding
 from keras_cait.models.blocks import SelfAttentionBlock
 from keras_cait.models.inputs import check_images
@@ -73,6 +74,7 @@ def _take_indices(indices, depth):
 
 def _tapped(model, indices, norm, output_format):
     """`model`'s graph replayed: (inputs, the model's outputs, [features in block order])."""
+    checked_bool("norm", norm, "True (the final LayerNorm applied to each feature) or False")
     if output_format not in OUTPUT_FORMATS:
         raise ValueError(
             f"output_format={output_format!r}: must be one of {OUTPUT_FORMATS} "

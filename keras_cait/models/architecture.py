@@ -19,7 +19,7 @@ import numpy as np
 from keras import ops
 
 from keras_cait.deprecation import moved_names
-from keras_cait.errors import ArgumentError
+from keras_cait.errors import ArgumentError, checked_bool, quietly_caused
 from keras_cait.layers import ClassToken, PatchEmbedding, PositionEmbedding
 from keras_cait.layers.initializers import linear_kernel
 from keras_cait.models import blocks
@@ -153,11 +153,17 @@ def with_class_names(model, class_names):
     return model
 
 
-def classifier_head(classes, activation, dtype):
+def classifier_head(classes, activation, dtype, argument="classifier_activation"):
     """The linear head of a CaiT classifier, `predictions`: `classes` outputs, weights from a
     truncated N(0, 0.02²) and zero bias, as timm and DeiT initialise theirs (a new head of a
     fine-tuning too). `dtype`: its policy, float32 under a mixed one (`layer_dtype`). `build_cait`,
-    `with_new_head` and keras-hub's `CaiTImageClassifier` make their heads here."""
+    `with_new_head` and keras-hub's `CaiTImageClassifier` make their heads here; an `activation`
+    Keras does not know is an `ArgumentError` naming `argument`."""
+    try:
+        keras.activations.get(activation)
+    except (ValueError, TypeError) as error:
+        raise quietly_caused(ArgumentError(argument, activation, "not a Keras activation",
+                                           "e.g. 'softmax', or None for logits", usage=True), error) from None
     return keras.layers.Dense(classes, activation=activation, kernel_initializer=linear_kernel(), name=HEAD_NAME,
                               dtype=dtype)
 
@@ -223,6 +229,9 @@ def build_cait(
     """
     if pooling not in POOLING_MODES:
         raise ValueError(f"pooling={pooling!r}: must be one of {POOLING_MODES}.")
+    include_top = checked_bool("include_top", include_top, "True (with the head) or False (its features)")
+    include_preprocessing = checked_bool("include_preprocessing", include_preprocessing,
+                                         "True (it normalises 0..255 RGB itself) or False")
     if include_top:
         classes = checked_classes(classes)
     drop_path_rate = checked_drop_path_rate(drop_path_rate)

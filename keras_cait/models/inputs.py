@@ -59,33 +59,28 @@ def checked_input_shape(input_shape, argument="input_shape"):
     return tuple(None if side is None else int(side) for side in sides)
 
 
-def check_input_shape(input_shape, patch_size):
-    """Raises a ValueError unless `input_shape` is (H, W, C) with H, W multiples of the patch."""
+def check_input_shape(input_shape, patch_size, argument="input_shape"):
+    """Raises an `ArgumentError` (a ValueError) naming `argument` unless `input_shape` is (H, W, C)
+    with H, W positive multiples of the patch and C positive."""
+    input_shape = tuple(input_shape)
     if len(input_shape) != 3:
-        raise ValueError(
-            f"input_shape {tuple(input_shape)}: expected (height, width, channels), e.g. (224, 224, 3)."
-        )
+        raise ArgumentError(argument, input_shape, "must be (height, width, channels)", "e.g. (224, 224, 3)",
+                            usage=True)
     height, width, channels = input_shape
     if channels is None or channels < 1:
-        raise ValueError(
-            f"input_shape {tuple(input_shape)}: the number of channels must be a positive "
-            f"integer, e.g. ({height}, {width}, 3) for RGB."
-        )
+        raise ArgumentError(argument, input_shape, "the number of channels must be a positive integer",
+                            f"e.g. ({height}, {width}, 3) for RGB", usage=True)
     if height is None or width is None:
-        raise ValueError(
-            f"input_shape {tuple(input_shape)}: height and width must be known, because the "
-            "position embedding is sized to the patch grid, e.g. (224, 224, 3)."
-        )
+        raise ArgumentError(argument, input_shape, "height and width must be known, because the position "
+                            "embedding is sized to the patch grid", "e.g. (224, 224, 3)", usage=True)
     if height % patch_size or width % patch_size or height <= 0 or width <= 0:
         suggestion = (
             max(patch_size, round(height / patch_size) * patch_size),
             max(patch_size, round(width / patch_size) * patch_size),
-            input_shape[2],
+            channels,
         )
-        raise ValueError(
-            f"input_shape {tuple(input_shape)}: sides must be positive multiples of the patch "
-            f"size {patch_size}, e.g. {suggestion}."
-        )
+        raise ArgumentError(argument, input_shape, f"sides must be positive multiples of the patch size "
+                            f"{patch_size}", f"e.g. {suggestion}", usage=True)
 
 
 def checked_image_size(image_size, patch_size=16, argument="image_size"):

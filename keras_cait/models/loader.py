@@ -28,7 +28,7 @@ import zipfile
 
 import keras
 
-from keras_cait.errors import ArgumentError, Named, quietly_caused
+from keras_cait.errors import ArgumentError, Named, checked_bool, quietly_caused
 from keras_cait.layers import PatchEmbedding
 from keras_cait.models.architecture import POOLING_MODES, CaiTModel, checked_classes, checked_drop_path_rate
 from keras_cait.models.blocks import ClassAttentionBlock
@@ -85,6 +85,7 @@ def load_classifier(model, *, weights="imagenet", image_size=None, include_top=T
         `ConnectionError` where the ImageNet checkpoint cannot be fetched.
     """
     check_model(model)
+    include_top = checked_bool("include_top", include_top, "True (with the head) or False (its features)")
     if pooling not in POOLING_MODES:
         raise ArgumentError("pooling", pooling, "unknown pooling", f"give one of {', '.join(map(repr, POOLING_MODES))}",
                             usage=True)

@@ -7,9 +7,8 @@ import random
 import tempfile
 
 import keras
-import numpy as np
 
-from keras_cait.errors import ArgumentError, Named
+from keras_cait.errors import ArgumentError, Named, checked_bool, quietly_caused
 from keras_cait.layers import PatchEmbedding, PositionEmbedding
 from keras_cait.layers.position_embedding import resize_position_embedding
 from keras_cait.models.architecture import (
@@ -59,9 +58,10 @@ def checked_dtype(dtype, argument="dtype"):
     try:
         return keras.dtype_policies.get(dtype)
     except (ValueError, TypeError) as error:
-        raise ArgumentError(argument, dtype, "not a Keras dtype policy",
-                            "give float32, mixed_float16, mixed_bfloat16, bfloat16, float16 or a keras.DTypePolicy",
-                            usage=True) from error
+        raise quietly_caused(ArgumentError(
+            argument, dtype, "not a Keras dtype policy",
+            "give float32, mixed_float16, mixed_bfloat16, bfloat16, float16 or a keras.DTypePolicy", usage=True),
+            error) from None
 
 
 def with_new_head(model, classes, classifier_activation="softmax", name=None, class_names=None):
@@ -93,15 +93,13 @@ def set_backbone_trainable(model, trainable):
     learning rate for fine-tuning the whole network after training the head.
     """
     check_model_object(model, "set_backbone_trainable")
-    if not isinstance(trainable, (bool, np.bool_)):
-        raise ArgumentError("trainable", trainable, "must be True (unfreeze) or False (freeze)",
-                            ["e.g. ", Named("trainable", False), " to train the head alone"], usage=True)
+    trainable = checked_bool("trainable", trainable, "True (unfreeze) or False (freeze)")
     if HEAD_NAME not in [layer.name for layer in model.layers]:
         raise ValueError(
             f"Model '{model.name}' has no '{HEAD_NAME}' head layer; make one with with_new_head()."
         )
     for layer in model.layers:
-        layer.trainable = bool(trainable) or layer.name == HEAD_NAME
+        layer.trainable = trainable or layer.name == HEAD_NAME
 
 
 def at_resolution(model, image_size):

@@ -93,6 +93,7 @@ class Knobs:
             problem = out_of_range(field, getattr(self, field.name))
             if problem:
                 raise KnobError(type(self).__name__, field.name, getattr(self, field.name), *problem)
+            object.__setattr__(self, field.name, _python(field, getattr(self, field.name)))
 
     def replace(self, **changes):
         """A copy with `changes`, e.g. `RECIPES["deit"].replace(epochs=30)`; a knob out of its range
@@ -205,6 +206,16 @@ def _kind(value):
 def shown(value):
     """A number or a pair of numbers as the command line takes it: 0.9 0.999."""
     return " ".join(f"{item:g}" for item in value) if isinstance(value, (tuple, list)) else f"{value:g}"
+
+
+def _python(field, value):
+    """A checked knob's value as the Python type its field declares: numpy's 3 as 3, so that a
+    recipe compares, prints and saves as one written by hand."""
+    if value is None:
+        return None
+    if field.type is tuple:
+        return tuple(float(item) for item in value)
+    return field.type(value)
 
 
 def _plain(value):

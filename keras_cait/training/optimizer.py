@@ -1,8 +1,11 @@
 """AdamW as DeiT/CaiT train with it, built from Keras core's AdamW."""
 
+import numbers
+
 import keras
 
 from keras_cait.deprecation import renamed_keywords
+from keras_cait.errors import ArgumentError, Named, checked_bool
 from keras_cait.layers import ClassToken, PositionEmbedding
 from keras_cait.models.surgery import check_model_object
 from keras_cait.training.knobs import DEIT
@@ -11,6 +14,18 @@ from keras_cait.training.knobs import DEIT
 WEIGHT_DECAY = DEIT.weight_decay
 EPSILON = DEIT.opt_eps  # Keras' AdamW default is 1e-7
 EMA_MOMENTUM = DEIT.model_ema_decay
+
+
+def _check_settings(**settings):
+    """An `ArgumentError` naming the first of `settings` (name: (value, low, high, example)) that is
+    no number (a str from a config, a bool) or is outside [low, high) (high None: no bound)."""
+    for name, (value, low, high, example) in settings.items():
+        number = not isinstance(value, bool) and isinstance(value, numbers.Real)
+        if not number or value < low or (high is not None and value >= high):
+            kind = "" if number else f", not {type(value).__name__}"
+            bounds = f"at least {low}" if high is None else f"in [{low}, {high})"
+            raise ArgumentError(name, value, f"must be a number {bounds}{kind}", ["e.g. ", Named(name, example)],
+                                usage=True)
 
 
 def _layers(layer):
@@ -84,6 +99,12 @@ def adamw(
             f"adamw: the model '{model.name}' has no variables yet; build it first "
             "(call it on a batch or give its input shape)."
         )
+    _check_settings(weight_decay=(weight_decay, 0, None, WEIGHT_DECAY), beta_1=(beta_1, 0, 1, DEIT.opt_betas[0]),
+                    beta_2=(beta_2, 0, 1, DEIT.opt_betas[1]), epsilon=(epsilon, 0, None, EPSILON),
+                    ema_momentum=(ema_momentum, 0, 1, EMA_MOMENTUM))
+    if global_clipnorm is not None:
+        _check_settings(global_clipnorm=(global_clipnorm, 0, None, 1.0))
+    use_ema = checked_bool("use_ema", use_ema, "True (keep an average of the weights) or False")
     optimizer = keras.optimizers.AdamW(
         learning_rate=learning_rate,
         weight_decay=weight_decay,

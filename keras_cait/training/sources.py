@@ -15,7 +15,7 @@ from collections.abc import Callable
 import numpy as np
 
 from keras_cait import deprecation
-from keras_cait.errors import ArgumentError, Named, listed
+from keras_cait.errors import ArgumentError, Named, counted, listed
 from keras_cait.images.evaluation_transform import IMAGE_EXTENSIONS, IMAGE_FORMATS, is_image_file_name
 from keras_cait.io.atomic import written_atomically
 from keras_cait.io.stderr import load_tensorflow
@@ -81,7 +81,13 @@ def image_folder(directory):
     images is refused by name, as torchvision does: a class the model is never
     shown is a mistake, not a class.
     """
+    if not isinstance(directory, (str, os.PathLike)):
+        raise ArgumentError("directory", directory, f"must be the path of a folder, not {type(directory).__name__}",
+                            "e.g. image_folder('photos'), photos/<class name>/*.jpg", usage=True)
     directory = os.fspath(directory)
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise ArgumentError("directory", directory, "is a file, not a folder",
+                            "give the folder that holds one subfolder per class", usage=True)
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"Image folder {directory!r} does not exist.")
     class_names = sorted(
@@ -275,7 +281,8 @@ def split(source, fraction, seed=0):
                             ["e.g. ", Named("fraction", 0.1)])
     held_out = max(1, round(source.num_examples * fraction))
     if held_out >= source.num_examples:
-        raise ValueError(f"Cannot hold out {fraction:.0%} of {source.num_examples} examples.")
+        raise ArgumentError("fraction", fraction, f"holds out all {counted(source.num_examples, 'example')}",
+                            "give a smaller fraction, or more examples")
     labelled = paths_and_labels(source)
     if labelled is None:
         shuffled = source.examples.shuffle(source.num_examples, seed=seed, reshuffle_each_iteration=False)
@@ -288,8 +295,9 @@ def split(source, fraction, seed=0):
     paths, labels = labelled
     classes = len(set(labels.tolist()))
     if held_out > source.num_examples - classes:
-        raise ValueError(f"Cannot hold out {fraction:.0%} of {source.num_examples} examples and keep an "
-                         f"example of each of the {classes} classes to train on.")
+        raise ArgumentError("fraction", fraction, f"holds out {held_out} of {counted(source.num_examples, 'example')}"
+                            f" and cannot keep one of each of the {classes} classes to train on",
+                            "give a smaller fraction, or more examples of each class")
     rank = np.random.default_rng(seed).permutation(source.num_examples)  # a random order of the examples
     # In that order the k-th of a class of n examples gets the key (k + 1/2) / n (its last: never held
     # out); the smallest keys, ties broken by the order, hold out about as much of each class.

@@ -151,6 +151,11 @@ def test_the_hub_classes_name_their_own_arguments_given_the_wrong_type():
     with pytest.raises(ValueError, match=r"^image_shape=32: must be \(height, width, channels\), a tuple of ints, "
                                          r"not int; e.g. image_shape=\(224, 224, 3\)$"):
         CaiTBackbone(image_shape=32, **TINY_CAIT)  # was TypeError: 'int' object is not iterable
+    with pytest.raises(ValueError, match=r"^image_shape=\(30, 30, 3\): sides must be positive multiples of the "
+                                         r"patch size 16; e.g. \(32, 32, 3\)$"):
+        CaiTBackbone(image_shape=(30, 30, 3), **TINY_CAIT)  # was named input_shape, build_cait's argument
+    with pytest.raises(ValueError, match=r"^activation='sofmax': not a Keras activation; e.g. 'softmax', or None"):
+        CaiTImageClassifier(CaiTBackbone(image_shape=(TINY_SIZE, TINY_SIZE, 3), **TINY_CAIT), 3, activation="sofmax")
     assert CaiTImageConverter(image_size=TINY_SIZE).image_size == (TINY_SIZE, TINY_SIZE)  # a side, as load_image's
     with pytest.raises(ValueError, match=r"^image_size='32': must be a positive integer or a \(height, width\) pair"):
         CaiTImageConverter(image_size="32")

@@ -165,6 +165,14 @@ def test_load_image_errors_name_the_file(tmp_path):
         load_image(tmp_path / "bomb.png")
     with pytest.raises(ValueError, match=r"crop_pct=1.5: must be in \(0, 1\]"):
         crop_geometry(10, 10, 224, crop_pct=1.5)
+    whole = io.BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(whole, "JPEG")
+    (tmp_path / "cut.jpg").write_bytes(whole.getvalue()[: len(whole.getvalue()) // 2])
+    with pytest.raises(ValueError, match=r"cut.jpg.*invalid JPEG data \(a truncated or damaged file\)") as refused:
+        load_image(tmp_path / "cut.jpg")
+    # One traceback in a notebook: TensorFlow's own error is kept as `cause`, not chained.
+    assert refused.value.__cause__ is None and refused.value.__suppress_context__
+    assert refused.value.cause is not None
 
 
 def test_load_image_given_no_path_or_a_crop_pct_of_another_type_names_the_argument(tmp_path):

@@ -568,7 +568,7 @@ def test_an_input_shape_of_numpy_integers_or_a_list_builds_and_wrong_tuples_keep
     side = np.int64(TINY_SIZE)
     assert tiny_cait(input_shape=(side, side, np.int64(3))).input_shape == (None, TINY_SIZE, TINY_SIZE, 3)
     assert tiny_cait(input_shape=[TINY_SIZE, TINY_SIZE, 3]).input_shape == (None, TINY_SIZE, TINY_SIZE, 3)
-    with pytest.raises(ValueError, match=re.escape("input_shape (32, 32): expected (height, width, channels)")):
+    with pytest.raises(ValueError, match=re.escape("input_shape=(32, 32): must be (height, width, channels)")):
         tiny_cait(input_shape=(TINY_SIZE, TINY_SIZE))
     with pytest.raises(ValueError, match="sides must be positive multiples of the patch size 16"):
         tiny_cait(input_shape=(33, TINY_SIZE, 3))

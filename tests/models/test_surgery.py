@@ -97,9 +97,18 @@ def test_a_rate_or_policy_a_copy_cannot_take_is_refused_by_its_own_name(tiny_cai
         with_drop_path_rate(model, "0.1")
     with pytest.raises(ValueError, match=r"^rate=-1: must be a number in \[0, 1\)"):  # was StochasticDepth's rate=-1.0
         with_drop_path_rate(model, -1)
-    with pytest.raises(ValueError, match=r"^policy='bf16': not a Keras dtype policy; give float32, mixed_float16"):
+    with pytest.raises(ValueError, match=r"^policy='bf16': not a Keras dtype policy; give float32, mixed_float16") \
+            as refused:
         with_dtype_policy(model, "bf16")
+    # One traceback in a notebook: Keras' own error is kept as `cause`, not chained.
+    assert refused.value.__cause__ is None and refused.value.__suppress_context__
+    assert "bf16" in str(refused.value.cause)
     assert with_dtype_policy(model, None) is model  # the global policy, float32, as before
+    for make in (lambda: tiny_cait(classifier_activation="sofmax"),
+                 lambda: with_new_head(tiny_cait(include_top=False, pooling="token"), 3, "sofmax")):
+        with pytest.raises(ValueError, match=r"^classifier_activation='sofmax': not a Keras activation; e.g. "
+                                             r"'softmax', or None for logits$"):
+            make()  # was Keras' "Could not interpret activation function identifier: sofmax"
 
 
 def test_a_higher_resolution_copy_resizes_the_position_embedding(tiny_cait):

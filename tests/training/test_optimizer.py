@@ -123,6 +123,22 @@ def test_deit_defaults_and_unbuilt_model_error():
         adamw(keras.Sequential([keras.layers.Dense(2)]), 1e-3)
 
 
+@pytest.mark.parametrize("setting, value, line", [
+    ("weight_decay", -1, "weight_decay=-1: must be a number at least 0; e.g. weight_decay=0.05"),
+    ("weight_decay", "0.05", "weight_decay='0.05': must be a number at least 0, not str; e.g. weight_decay=0.05"),
+    ("beta_1", 1.0, "beta_1=1.0: must be a number in [0, 1); e.g. beta_1=0.9"),
+    ("beta_2", None, "beta_2=None: must be a number in [0, 1), not NoneType; e.g. beta_2=0.999"),
+    ("epsilon", -1e-8, "epsilon=-1e-08: must be a number at least 0; e.g. epsilon=1e-08"),
+    ("ema_momentum", 1.5, "ema_momentum=1.5: must be a number in [0, 1); e.g. ema_momentum=0.99996"),
+    ("global_clipnorm", "1", "global_clipnorm='1': must be a number at least 0, not str; e.g. global_clipnorm=1.0"),
+])
+def test_a_setting_adamw_cannot_take_is_refused_by_its_name(tiny_cait, setting, value, line):
+    """Keras' AdamW takes a negative decay, and a str from a config fails at the first step."""
+    with pytest.raises(ValueError) as refused:
+        adamw(tiny_cait(), 1e-3, **{setting: value})
+    assert (refused.value.argument, str(refused.value)) == (setting, line)
+
+
 def test_decay_set_is_timms_param_groups_weight_decay(tiny_cait):
     """timm's own grouping of timm's CaiT (with CaiT's no_weight_decay), mapped onto our
     variables through the checkpoint key map, excludes exactly what we exclude."""

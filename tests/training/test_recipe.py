@@ -87,6 +87,13 @@ def test_replace_save_load_and_differences_name_the_knobs(tmp_path):
         recipe.replace(epoch=3)
     with pytest.raises(ValueError, match=r"^reprob=1.5: must be between 0 and 1; e.g. reprob=0.25$"):
         recipe.replace(reprob=1.5)
+    # numpy's numbers (a value read from an array) are kept as the Python type of the knob
+    numpy_made = recipe.replace(epochs=np.int64(10), lr=np.float32(0.5), opt_betas=(np.float64(0.8), 0.99))
+    assert type(numpy_made.epochs) is int and type(numpy_made.lr) is float
+    assert [type(beta) for beta in numpy_made.opt_betas] == [float, float]
+    assert numpy_made == recipe.replace(epochs=10, lr=0.5)
+    numpy_made.save(path, "deit")  # JSON takes it
+    assert Recipe.load(path) == numpy_made
 
 
 @pytest.mark.parametrize("knob, value, line", [

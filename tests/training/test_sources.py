@@ -32,6 +32,11 @@ def test_image_folder_errors_say_what_is_expected(tmp_path):
     (tmp_path / "cat").mkdir()
     with pytest.raises(ValueError, match="one subfolder per class"):
         sources.image_folder(tmp_path)
+    (tmp_path / "notes.txt").write_text("")
+    with pytest.raises(ArgumentError, match=r"^directory='.*notes.txt': is a file, not a folder; give the folder "):
+        sources.image_folder(tmp_path / "notes.txt")  # was: "does not exist"
+    with pytest.raises(ArgumentError, match=r"^directory=None: must be the path of a folder, not NoneType; e.g. "):
+        sources.image_folder(None)  # was: TypeError from os.fspath
 
 
 @pytest.mark.large
@@ -136,8 +141,11 @@ def test_the_split_holds_out_about_the_fraction_of_each_class_and_never_its_last
         assert abs(counts[0] - 3) <= 0.5 and counts[1] in (0, 1) and abs(counts[2] - 7) <= 0.5, counts
     again = sources.split(source, 0.25, seed=2)[1]
     assert [p.numpy() for p, _ in again.examples] == [p.numpy() for p, _ in held_out.examples]
-    with pytest.raises(ValueError, match="keep an example of each of the 3 classes"):
+    with pytest.raises(ArgumentError) as refused:
         sources.split(source, 0.95)
+    assert (refused.value.argument, refused.value.value) == ("fraction", 0.95)
+    assert str(refused.value) == ("fraction=0.95: holds out 40 of 42 examples and cannot keep one of each of the "
+                                  "3 classes to train on; give a smaller fraction, or more examples of each class")
 
 
 
