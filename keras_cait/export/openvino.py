@@ -9,6 +9,7 @@ import warnings
 
 import numpy as np
 
+from keras_cait import cpu
 from keras_cait.errors import ArgumentError, Named, require_extra
 from keras_cait.export.core import (
     check_file,
@@ -133,7 +134,7 @@ def export_openvino(model, path, *, quantization=None, calibration=None, calibra
             predictions.get_tensor().set_names({"predictions"})
             if quantization == "int8":
                 converted, done = quantize_int8(converted, images)
-                done = dataclasses.replace(done, note=BF16_CPU_NOTE if computes_bfloat16() else "")
+                done = dataclasses.replace(done, note=int8_note())
             elif quantization == "int8_weights":
                 converted, done = compress_weights_int8(converted)
             openvino.save_model(converted, temporary, compress_to_fp16=False)
@@ -259,11 +260,19 @@ def _quiet():
                 logger.setLevel(level)
 
 
-# What was measured of int8 against bf16 on CPUs with bfloat16 units (docs/export.md): with AMX
-# (benchmarks.inference, one interleaved run) and with AVX512-BF16 alone (a hand probe).
-BF16_CPU_NOTE = ("On this CPU (bfloat16 units) OpenVINO's bf16, its default for the float export, was measured "
-                 "about as fast as int8 or faster: int8 0.88-1.10x bf16 with AMX, 0.85-0.97x with AVX512-BF16 alone "
-                 "(docs/export.md, OpenVINO int8 with NNCF)")
+# What was measured of int8 against OpenVINO's bf16 (docs/export.md, "OpenVINO int8 with NNCF"; one
+# interleaved run of benchmarks.inference per CPU kind): with AMX's bf16 tiles bf16 is as fast as int8
+# or faster; with AVX512-BF16 alone int8 leads but at XXS24 batch 1; without bf16 units int8 leads f32.
+AMX_CPU_NOTE = ("On this CPU (AMX) OpenVINO's bf16, its default for the float export here, was measured about as "
+                "fast as int8 or faster: int8 0.84-1.18x bf16 (docs/export.md, OpenVINO int8 with NNCF)")
+
+
+def int8_note(flags=None):
+    """What `export` says beside an int8 export about the float path on this CPU: where AMX's bf16
+    tiles make OpenVINO's bf16 (the float export's default there) about as fast, `AMX_CPU_NOTE`;
+    elsewhere nothing, as int8 was measured the fastest path (`flags`: `keras_cait.cpu.cpu_flags()`)."""
+    flags = cpu.cpu_flags() if flags is None else flags
+    return AMX_CPU_NOTE if "amx_bf16" in flags and computes_bfloat16() else ""
 
 
 def computes_bfloat16():

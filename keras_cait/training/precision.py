@@ -2,6 +2,7 @@
 
 import keras
 
+from keras_cait import cpu
 from keras_cait.errors import Named, say
 from keras_cait.training.run_errors import RunError
 
@@ -32,8 +33,8 @@ def default_precision(gpus=None, cpu_flags=None):
     gpus = _gpus() if gpus is None else gpus
     if gpus:
         return "mixed_float16", f"{gpus} GPU(s)"
-    flags = _cpu_flags() if cpu_flags is None else cpu_flags
-    units = sorted(flags & {"avx512_bf16", "amx_bf16"})
+    flags = cpu.cpu_flags() if cpu_flags is None else cpu_flags
+    units = sorted(flags & set(cpu.BFLOAT16_UNITS))
     if units:
         return "mixed_bfloat16", f"a CPU with bfloat16 units: {', '.join(unit.upper() for unit in units)}"
     return "float32", "a CPU without bfloat16 units and no GPU"
@@ -52,12 +53,3 @@ def _gpus():
     import tensorflow as tf
 
     return len(tf.config.list_physical_devices("GPU"))
-
-
-def _cpu_flags():
-    """The CPU's feature flags (Linux's /proc/cpuinfo); none where it cannot be read."""
-    try:
-        with open("/proc/cpuinfo") as file:
-            return {flag for line in file if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
-    except OSError:
-        return set()

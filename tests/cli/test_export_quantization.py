@@ -116,7 +116,7 @@ def test_int8_export_says_what_it_quantised_and_how_long_calibration_took(tmp_pa
           "--calibration-data", str(tmp_path / "photos"), "--calibration-size", "4"])
     lines = capfd.readouterr().out.splitlines()
     assert lines[-1] == f"wrote {output}"
-    note = f". {exporter.BF16_CPU_NOTE}" if exporter.computes_bfloat16() else ""  # what was measured on such CPUs
+    note = f". {exporter.int8_note()}" if exporter.int8_note() else ""  # what was measured on such CPUs
     assert re.fullmatch(r"int8: \d+ matmuls and convolutions take int8 inputs \(NNCF, transformer preset\), the 4 "
                         r"talking-heads mixes, the \d+ attention matmuls kept float; calibrated on 4 images in "
                         r"\d+\.\d s" + re.escape(note), lines[-2]), lines[-2]

@@ -88,15 +88,25 @@ def test_int8_keeps_the_float_model_s_answers_on_held_out_digits(trained, tmp_pa
 
 
 @pytest.mark.large
-@pytest.mark.parametrize("bfloat16", [True, False])
-def test_int8_says_what_was_measured_on_a_cpu_with_bfloat16_units(trained, tmp_path, capsys, monkeypatch, bfloat16):
+@pytest.mark.parametrize("amx", [True, False])
+def test_int8_says_what_was_measured_on_a_cpu_with_amx(trained, tmp_path, capsys, monkeypatch, amx):
+    """With AMX's bf16 tiles OpenVINO's bf16 ran as fast as int8; with AVX512-BF16 alone or without bf16
+    units int8 was the fastest path, and nothing more is said."""
     model, folder, _, _ = trained
-    monkeypatch.setattr(exporter, "computes_bfloat16", lambda: bfloat16)
+    monkeypatch.setattr(exporter, "computes_bfloat16", lambda: True)
+    monkeypatch.setattr(exporter.cpu, "cpu_flags", lambda: {"avx512_bf16", "amx_bf16"} if amx else {"avx512_bf16"})
     export_openvino(model, tmp_path / "int8.xml", quantization="int8", calibration=folder, calibration_size=8,
                     verbose=True)
     line = capsys.readouterr().out.splitlines()[-1]
     assert line.startswith("int8: ")
-    assert line.endswith(f". {exporter.BF16_CPU_NOTE}") == bfloat16, line
+    assert line.endswith(f". {exporter.AMX_CPU_NOTE}") == amx, line
+
+
+def test_the_int8_note_is_for_a_cpu_whose_openvino_computes_on_amx_tiles(monkeypatch):
+    for flags, bfloat16, said in [({"amx_bf16", "avx512_bf16"}, True, True), ({"avx512_bf16"}, True, False),
+                                  (set(), False, False), ({"amx_bf16"}, False, False)]:
+        monkeypatch.setattr(exporter, "computes_bfloat16", lambda value=bfloat16: value)
+        assert (exporter.int8_note(flags) == exporter.AMX_CPU_NOTE) == said, flags
 
 
 def test_a_cpu_computes_bfloat16_where_openvino_s_cpu_plugin_says_it_can(monkeypatch):

@@ -9,6 +9,7 @@ import keras
 import numpy as np
 import pytest
 
+from keras_cait import cpu
 from keras_cait.training import RECIPES, precision, run, run_data, run_models
 from tests.training.test_resume import kill_mid_epoch
 
@@ -167,7 +168,7 @@ def test_this_machine_s_default_precision_reads_its_cpu_flags_and_devices():
     flags = open("/proc/cpuinfo").read()
     bf16 = "avx512_bf16" in flags.split() or "amx_bf16" in flags.split()
     expected = "mixed_bfloat16" if bf16 else "float32"
-    assert run.default_precision() == run.default_precision(gpus=0, cpu_flags=precision._cpu_flags())
+    assert run.default_precision() == run.default_precision(gpus=0, cpu_flags=cpu.cpu_flags())
     assert run.default_precision()[0] == expected  # no GPU where the suite runs on a CPU
 
 
