@@ -15,6 +15,7 @@ global changes); `save_figure` writes one to a PNG.
 """
 
 import numbers
+import os
 
 import numpy as np
 
@@ -156,7 +157,18 @@ def saliency_figure(images, maps, samples=None, block=0, labels=None):
 
 
 def save_figure(figure, path, dpi=100):
-    """Writes `figure` as a PNG to `path` through a temporary file, so never half-written."""
+    """Writes `figure` as a PNG to `path` (a file ending in .png) through a temporary file, so never
+    half-written. An existing file is replaced; an existing folder is refused, never replaced."""
+    shown = os.fspath(path) if isinstance(path, os.PathLike) else path
+    if not isinstance(shown, str):
+        raise ArgumentError("path", path, f"must be a file path ending in .png, not {type(path).__name__}",
+                            "e.g. save_figure(figure, 'saliency.png')", usage=True)
+    if os.path.isdir(shown):
+        raise ArgumentError("path", path, "is a folder, which save_figure would replace with one PNG file",
+                            f"give a file in it, e.g. {os.path.join(shown, 'saliency.png')!r}", usage=True)
+    if not shown.lower().endswith(".png"):
+        raise ArgumentError("path", path, "save_figure writes a PNG, so the file must end in .png",
+                            "e.g. 'saliency.png'", usage=True)
     with written_atomically(path) as partial:
         figure.savefig(partial, format="png", dpi=dpi)
     return path

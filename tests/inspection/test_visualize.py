@@ -127,6 +127,32 @@ def test_save_figure_writes_a_png_and_leaves_no_partial_file(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["saliency.png"]
 
 
+def test_save_figure_refuses_a_folder_or_another_format_and_keeps_the_folder(tmp_path):
+    from keras_cait.errors import ArgumentError
+
+    maps = synthetic_maps()
+    figure = saliency_figure(images_for(maps), maps)
+    folder = tmp_path / "figures"
+    folder.mkdir()
+    (folder / "kept.txt").write_text("mine")
+    with pytest.raises(ArgumentError) as raised:
+        save_figure(figure, folder)
+    assert str(raised.value) == (
+        f"path={str(folder)!r}: is a folder, which save_figure would replace with one PNG file; "
+        f"give a file in it, e.g. {str(folder / 'saliency.png')!r}")
+    assert raised.value.argument == "path" and (folder / "kept.txt").read_text() == "mine"
+    with pytest.raises(ArgumentError) as raised:
+        save_figure(figure, tmp_path / "saliency.jpg")
+    assert str(raised.value) == (f"path={str(tmp_path / 'saliency.jpg')!r}: save_figure writes a PNG, so the file "
+                                 "must end in .png; e.g. 'saliency.png'")
+    assert raised.value.argument == "path" and not (tmp_path / "saliency.jpg").exists()
+    with pytest.raises(ArgumentError) as raised:
+        save_figure("saliency.png", figure)
+    assert str(raised.value).startswith("path=<Figure size") and raised.value.argument == "path"
+    assert str(raised.value).endswith(": must be a file path ending in .png, not Figure; "
+                                      "e.g. save_figure(figure, 'saliency.png')")
+
+
 class TestAttentionCommand:
     @pytest.fixture(scope="class")
     def photo(self, tmp_path_factory):
