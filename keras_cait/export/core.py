@@ -10,7 +10,7 @@ import re
 import keras
 import tensorflow as tf
 
-from keras_cait.errors import ArgumentError, Named, Said
+from keras_cait.errors import ArgumentError, Named, Said, checked_bool
 from keras_cait.io.stderr import drop_startup_info, stderr_through, write_all
 from keras_cait.export.formats import file_formats, folder_format, format_of, listed
 from keras_cait.export.inference_graph import InferenceGraph, folds
@@ -115,6 +115,7 @@ def check_version_folder(path, overwrite):
             "path", path, "TF Serving loads numbered version folders, so the last folder must be a positive "
             "integer without leading zeros", [f"e.g. {example!r}"] + (
                 [f"; a {suffix} file is {writer}'s"] if writer else []), usage=True)
+    overwrite = _checked_overwrite(overwrite)
     numbered = [name for name in os.listdir(base or ".") if name.isdigit()] if os.path.isdir(base or ".") else []
     twins = [name for name in numbered if int(name) == int(version) and name != version]
     if twins:
@@ -130,11 +131,17 @@ def check_version_folder(path, overwrite):
         )
 
 
+def _checked_overwrite(overwrite):
+    """`overwrite` as a bool: a str such as 'no' from a config is truthy and would replace the export."""
+    return checked_bool("overwrite", overwrite, "True (replace an existing export) or False (refuse it)")
+
+
 def check_file(path, suffix, overwrite):
     """Raises unless `path` ends in `suffix` and may be written."""
     path = os.fspath(path)
     if not path.endswith(suffix):
         raise ArgumentError("path", path, f"must end in {suffix}, e.g. cait{suffix}", usage=True)
+    overwrite = _checked_overwrite(overwrite)
     if os.path.exists(path) and not overwrite:
         raise DestinationExists(f"{path!r} exists; pass ", Named("overwrite", True), " to replace it.")
 

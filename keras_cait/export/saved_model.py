@@ -40,7 +40,7 @@ import keras
 import tensorflow as tf
 
 from keras_cait.deprecation import renamed_keywords
-from keras_cait.errors import ArgumentError, Named
+from keras_cait.errors import ArgumentError, Named, checked_bool
 from keras_cait.export.core import check_version_folder, inference_form, quantized, require_tensorflow_backend
 from keras_cait.export.inference_graph import InferenceGraph
 from keras_cait.images.evaluation_transform import (
@@ -105,6 +105,9 @@ def export_saved_model(
     names = _class_names(class_names, model)
     if from_logits is None:
         from_logits = _outputs_logits(model)
+    else:  # a str 'no' is truthy: a softmax over probabilities, every score flattened
+        from_logits = checked_bool("from_logits", from_logits,
+                                   "True (the model outputs logits), False (probabilities) or None (read from its last layer)")
     top_k = min(5, classes) if top_k is None else top_k
     if not 1 <= top_k <= classes:
         raise ValueError(f"top_k={top_k}: must be between 1 and the {classes} classes, e.g. 5.")
@@ -113,6 +116,7 @@ def export_saved_model(
     if compute_dtype != "float32" and quantization is not None:
         raise ValueError(f"compute_dtype={compute_dtype!r} with quantization={quantization!r}: choose one; bfloat16 "
                          "computes with float weights.")
+    jit_compile = checked_bool("jit_compile", jit_compile, "True (compile with XLA) or False")
     forward = inference_form(quantized(model, path, quantization), compute_dtype=compute_dtype)
     # XLA compiles the forward pass alone: the strings of the outputs and of serving_bytes are no XLA types.
     compiled = tf.function(forward, jit_compile=True, autograph=False) if jit_compile else forward

@@ -55,6 +55,23 @@ def test_every_exporter_given_a_path_for_its_model_says_to_load_it_and_writes_no
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("row", FORMATS, ids=lambda row: row.name)
+def test_overwrite_given_a_str_from_a_config_is_refused_and_the_export_kept(row, model, tmp_path):
+    """`overwrite='no'` is truthy: it replaced the export that it meant to keep."""
+    path = tmp_path / ("cait/1" if not row.suffix else f"cait{row.suffix}")
+    if row.suffix:
+        path.write_bytes(b"kept")
+    else:
+        path.mkdir(parents=True)
+    with pytest.raises(ArgumentError) as raised:
+        row.load()(model, path, overwrite="no")
+    assert str(raised.value) == "overwrite='no': must be True (replace an existing export) or False (refuse it), not str"
+    assert raised.value.argument == "overwrite"
+    assert path.is_dir() if not row.suffix else path.read_bytes() == b"kept"
+    with pytest.raises(ArgumentError, match="^overwrite='False': must be True"):
+        check_destination(path, overwrite="False")
+
+
 @pytest.mark.parametrize("name", ["model.pt", "cait.h5", "weights.safetensors", "serving/cait.pth"])
 def test_a_destination_whose_suffix_no_format_writes_is_refused_naming_the_suffixes(name, tmp_path):
     """Not taken for a TF Serving version folder (whose advice used to be all it got)."""

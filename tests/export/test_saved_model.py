@@ -243,6 +243,23 @@ def test_class_names_must_match_the_classes(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("argument, value, allowed", [
+    ("from_logits", "no", "True (the model outputs logits), False (probabilities) or None (read from its last layer)"),
+    ("jit_compile", "no", "True (compile with XLA) or False"),
+    ("jit_compile", None, "True (compile with XLA) or False"),
+])
+def test_a_true_or_false_argument_given_a_str_or_none_is_refused_naming_it(model, tmp_path, argument, value, allowed):
+    """A YAML config's `no` is a truthy str: from_logits='no' put a softmax over the probabilities
+    (every score flattened towards 1/classes), jit_compile='no' compiled with XLA."""
+    from keras_cait.errors import ArgumentError
+
+    with pytest.raises(ArgumentError) as raised:
+        export_saved_model(model, tmp_path / "1", **{argument: value})
+    assert str(raised.value) == f"{argument}={value!r}: must be {allowed}, not {type(value).__name__}"
+    assert raised.value.argument == argument
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_model_without_a_head_or_without_its_normalisation_is_refused(tmp_path):
     with pytest.raises(ValueError, match="include_top=True"):
         export_saved_model(small_model(include_top=False), tmp_path / "1")
