@@ -36,7 +36,10 @@ Example:
     #           --model_base_path=$PWD/serving/cait_s24
 """
 
+import numbers
+
 import keras
+import numpy
 import tensorflow as tf
 
 from keras_cait.deprecation import renamed_keywords
@@ -109,10 +112,14 @@ def export_saved_model(
         from_logits = checked_bool("from_logits", from_logits,
                                    "True (the model outputs logits), False (probabilities) or None (read from its last layer)")
     top_k = min(5, classes) if top_k is None else top_k
-    if not 1 <= top_k <= classes:
-        raise ValueError(f"top_k={top_k}: must be between 1 and the {classes} classes, e.g. 5.")
+    # A str from a config ('5') failed the range check with a TypeError; True was taken as 1.
+    if isinstance(top_k, (bool, numpy.bool_)) or not isinstance(top_k, numbers.Integral) or not 1 <= top_k <= classes:
+        raise ArgumentError("top_k", top_k, f"must be an integer from 1 to the model's {classes} classes",
+                            ["e.g. ", Named("top_k", min(5, classes)), ", or leave it out for that"], usage=True)
+    top_k = int(top_k)
     if compute_dtype not in ("float32", "bfloat16"):
-        raise ValueError(f"compute_dtype={compute_dtype!r}: must be 'float32' or 'bfloat16'.")
+        raise ArgumentError("compute_dtype", compute_dtype, "must be 'float32' or 'bfloat16' (CPUs with bfloat16 "
+                            "units, and GPUs)", usage=True)
     if compute_dtype != "float32" and quantization is not None:
         raise ValueError(f"compute_dtype={compute_dtype!r} with quantization={quantization!r}: choose one; bfloat16 "
                          "computes with float weights.")

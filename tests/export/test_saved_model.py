@@ -260,6 +260,29 @@ def test_a_true_or_false_argument_given_a_str_or_none_is_refused_naming_it(model
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("argument, value, message", [
+    ("top_k", "5", "top_k='5': must be an integer from 1 to the model's 10 classes; e.g. top_k=5, or leave it out "
+                   "for that"),
+    ("top_k", True, "top_k=True: must be an integer from 1 to the model's 10 classes; e.g. top_k=5, or leave it out "
+                    "for that"),
+    ("top_k", 0, "top_k=0: must be an integer from 1 to the model's 10 classes; e.g. top_k=5, or leave it out for "
+                 "that"),
+    ("compute_dtype", "bf16", "compute_dtype='bf16': must be 'float32' or 'bfloat16' (CPUs with bfloat16 units, and "
+                              "GPUs)"),
+])
+def test_a_top_k_or_compute_dtype_from_a_config_is_refused_naming_it(tmp_path, argument, value, message):
+    """top_k='5' (a str from a config) failed the range check with a bare TypeError, top_k=True
+    listed one class; neither was an ArgumentError naming its argument."""
+    from keras_cait.errors import ArgumentError
+
+    with pytest.raises(ArgumentError) as raised:
+        export_saved_model(small_model(classes=10), tmp_path / "1", class_names=list("abcdefghij"),
+                           **{argument: value})
+    assert str(raised.value) == message
+    assert raised.value.argument == argument
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_model_without_a_head_or_without_its_normalisation_is_refused(tmp_path):
     with pytest.raises(ValueError, match="include_top=True"):
         export_saved_model(small_model(include_top=False), tmp_path / "1")
