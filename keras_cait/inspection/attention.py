@@ -96,16 +96,19 @@ def _find_backbone(model):
 def _self_attention_indices(requested, depth):
     if requested is None:
         return ()
-    if requested == "all":
+    if isinstance(requested, str) and requested == "all":
         return tuple(range(depth))
+    if isinstance(requested, np.ndarray):
+        requested = requested.tolist()
     indices = list(requested) if isinstance(requested, (list, tuple)) else [requested]
     for index in indices:
-        if not isinstance(index, (int, np.integer)) or not -depth <= index < depth:
-            raise ValueError(
-                f"self_attention_blocks={requested!r}: {index!r} is not a block index; the "
-                f"model has {depth} self-attention blocks, so use integers from {-depth} to "
-                f"{depth - 1}, a list of them, or 'all'."
-            )
+        # A bool is no block index: True was taken as block 1.
+        if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)) \
+                or not -depth <= index < depth:
+            raise ArgumentError(
+                "self_attention_blocks", requested,
+                f"{index!r} is not a block index; the model has {depth} self-attention blocks",
+                f"use integers from {-depth} to {depth - 1}, a list of them, or 'all'", usage=True)
     return tuple(int(index) for index in indices)
 
 

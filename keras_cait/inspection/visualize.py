@@ -124,6 +124,23 @@ def class_attention_figure(images, maps, sample=0):
     return figure
 
 
+def _listed_samples(samples):
+    """`samples` as a list of indices: one index (`samples=0`) or a str is refused naming it, not a
+    TypeError from `list(0)` or the str's characters taken one by one; an empty list draws nothing."""
+    if isinstance(samples, np.ndarray):
+        samples = samples.tolist()
+    if isinstance(samples, (str, bytes, numbers.Number)) or not hasattr(samples, "__iter__"):
+        raise ArgumentError("samples", samples, "must be a list of image indices",
+                            [f"e.g. samples=[{int(samples)}]" if isinstance(samples, numbers.Integral)
+                             and not isinstance(samples, bool) else "e.g. samples=[0, 1]",
+                             ", or leave it out for every image"], usage=True)
+    samples = list(samples)
+    if not samples:
+        raise ArgumentError("samples", samples, "names no image to show", "e.g. samples=[0], or leave it out for "
+                            "every image", usage=True)
+    return samples
+
+
 def saliency_figure(images, maps, samples=None, block=0, labels=None):
     """Images (top row) and their class-attention saliency (bottom row).
 
@@ -137,7 +154,7 @@ def saliency_figure(images, maps, samples=None, block=0, labels=None):
     Returns:
         A Figure of `2 × len(samples)` panels.
     """
-    samples = list(range(len(maps.class_attention[0]))) if samples is None else list(samples)
+    samples = list(range(len(maps.class_attention[0]))) if samples is None else _listed_samples(samples)
     images = _check(images, maps, samples)
     labels = None if labels is None else list(labels)
     if labels is not None and len(labels) != len(samples):

@@ -265,6 +265,26 @@ class TestErrors:
             attention_maps(model, images, self_attention_blocks=blocks)
 
 
+    @pytest.mark.parametrize("blocks, message", [
+        (True, "self_attention_blocks=True: True is not a block index; the model has 2 self-attention blocks; use "
+               "integers from -2 to 1, a list of them, or 'all'"),
+        ([0, np.True_], "self_attention_blocks=[0, np.True_]: np.True_ is not a block index; the model has 2 "
+                        "self-attention blocks; use integers from -2 to 1, a list of them, or 'all'"),
+    ])
+    def test_a_bool_is_no_self_attention_block(self, model, images, blocks, message):
+        """True was taken as block 1 (a bool is an int)."""
+        from keras_cait.errors import ArgumentError
+
+        with pytest.raises(ArgumentError) as raised:
+            attention_maps(model, images, self_attention_blocks=blocks)
+        assert str(raised.value) == message and raised.value.argument == "self_attention_blocks"
+
+    def test_a_numpy_array_of_self_attention_blocks_is_taken_as_a_list(self, model, images):
+        """It was `The truth value of an array with more than one element is ambiguous` (from == 'all')."""
+        maps = attention_maps(model, images, self_attention_blocks=np.array([0, -1]))
+        assert list(maps.self_attention) == [0, -1]
+
+
 _ON_JAX = """
 import json, sys
 import numpy as np

@@ -112,6 +112,25 @@ class TestFigures:
         figure = saliency_figure(images_for(maps), maps, samples=[2], labels=(name for name in ["c"]))
         assert figure.axes[0].get_title() == "c"
 
+    @pytest.mark.parametrize("samples, message", [
+        (0, "samples=0: must be a list of image indices; e.g. samples=[0], or leave it out for every image"),
+        (np.int64(2), "samples=np.int64(2): must be a list of image indices; e.g. samples=[2], or leave it out for "
+                      "every image"),
+        ("01", "samples='01': must be a list of image indices; e.g. samples=[0, 1], or leave it out for every image"),
+        ([], "samples=[]: names no image to show; e.g. samples=[0], or leave it out for every image"),
+    ])
+    def test_samples_that_are_no_list_of_indices_are_refused_naming_them(self, samples, message):
+        """samples=0 was a TypeError from list(0), '01' its characters taken as indices, [] matplotlib's
+        'Number of columns must be a positive integer, not 0'."""
+        from keras_cait.errors import ArgumentError
+
+        maps = synthetic_maps(batch=3)
+        with pytest.raises(ArgumentError) as raised:
+            saliency_figure(images_for(maps), maps, samples=samples)
+        assert str(raised.value) == message and raised.value.argument == "samples"
+        assert len(saliency_figure(images_for(maps), maps, samples=np.array([2, 0])).axes) == 4
+
+
     def test_missing_matplotlib_says_how_to_install_it(self, monkeypatch):
         monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
         maps = synthetic_maps()
