@@ -16,10 +16,12 @@ cross-entropy on the mixup/cutmix soft targets). DeiT divides the soft term by
 batch × classes (PyTorch's legacy KL reduction), which is kept here.
 """
 
+import numbers
+
 import keras
 from keras import ops
 
-from keras_cait.errors import ArgumentError
+from keras_cait.errors import ArgumentError, Named, checked_bool
 
 DISTILLATION_TYPES = ("none", "soft", "hard")
 
@@ -95,14 +97,23 @@ class Distiller(keras.Model):
                  teacher_from_logits=False, **kwargs):
         super().__init__(**kwargs)
         if distillation_type not in DISTILLATION_TYPES:
-            raise ValueError(
-                f"distillation_type={distillation_type!r}: must be one of {DISTILLATION_TYPES} "
-                "(DeiT's --distillation-type), e.g. 'hard'."
-            )
-        if not 0 <= alpha <= 1 or tau <= 0:
-            raise ValueError(
-                f"alpha={alpha}, tau={tau}: need 0 <= alpha <= 1 and tau > 0, e.g. 0.5 and 1.0."
-            )
+            raise ArgumentError("distillation_type", distillation_type,
+                                f"must be one of {', '.join(map(repr, DISTILLATION_TYPES))} (DeiT's --distillation-type)",
+                                ["e.g. ", Named("distillation_type", "hard")], usage=True)
+        # A str from a config ('0.5') failed the range check with a bare TypeError.
+        for argument, value, fits, bounds, example in (
+                ("alpha", alpha, lambda v: 0 <= v <= 1, "from 0 to 1", 0.5),
+                ("tau", tau, lambda v: v > 0, "above 0", 1.0)):
+            number = not isinstance(value, bool) and isinstance(value, numbers.Real)
+            if not number or not fits(value):
+                raise ArgumentError(argument, value, f"must be a number {bounds}"
+                                    + ("" if number else f", not {type(value).__name__}"),
+                                    ["e.g. ", Named(argument, example)], usage=True)
+        # A str 'no' is truthy: probabilities would be taken for logits.
+        student_from_logits = checked_bool("student_from_logits", student_from_logits,
+                                           "True (the student outputs logits) or False (probabilities)")
+        teacher_from_logits = checked_bool("teacher_from_logits", teacher_from_logits,
+                                           "True (the teacher outputs logits) or False (probabilities)")
         for argument, model in (("student", student), ("teacher", teacher)):
             if not isinstance(model, keras.Model):
                 raise ArgumentError(

@@ -132,6 +132,29 @@ def test_bad_settings_are_explained():
         Distiller(passthrough(), passthrough(), "soft", alpha=1.5)
 
 
+@pytest.mark.parametrize("setting, message", [
+    ({"alpha": "0.5"}, "alpha='0.5': must be a number from 0 to 1, not str; e.g. alpha=0.5"),
+    ({"alpha": 1.5}, "alpha=1.5: must be a number from 0 to 1; e.g. alpha=0.5"),
+    ({"tau": None}, "tau=None: must be a number above 0, not NoneType; e.g. tau=1.0"),
+    ({"tau": 0}, "tau=0: must be a number above 0; e.g. tau=1.0"),
+    ({"distillation_type": "Hard"}, "distillation_type='Hard': must be one of 'none', 'soft', 'hard' (DeiT's "
+                                    "--distillation-type); e.g. distillation_type='hard'"),
+    ({"student_from_logits": "no"}, "student_from_logits='no': must be True (the student outputs logits) or False "
+                                    "(probabilities), not str"),
+    ({"teacher_from_logits": "False"}, "teacher_from_logits='False': must be True (the teacher outputs logits) or "
+                                       "False (probabilities), not str"),
+])
+def test_a_setting_from_a_config_is_refused_naming_it(setting, message):
+    """alpha='0.5' (a YAML str) was a bare TypeError from `0 <= alpha`; student_from_logits='no'
+    was truthy, so the student's probabilities were taken for logits."""
+    from keras_cait.errors import ArgumentError
+
+    with pytest.raises(ArgumentError) as raised:
+        Distiller(passthrough(), passthrough(), **{"distillation_type": "soft", **setting})
+    assert str(raised.value) == message
+    assert raised.value.argument == next(iter(setting))
+
+
 @pytest.mark.parametrize("teacher_classes", [10, 3])
 def test_a_teacher_of_another_class_count_is_refused_naming_both(tiny_cait, teacher_classes):
     student = tiny_cait(classes=5)
