@@ -6,7 +6,7 @@ import os
 import keras
 import numpy as np
 
-from keras_cait.errors import ArgumentError
+from keras_cait.errors import ArgumentError, checked_bool
 from keras_cait.weights.convert import (
     checkpoint_grid, load_state_dict, nonfinite_error, read_checkpoint, timm_key_map,
 )
@@ -94,9 +94,17 @@ def load_weights_file(model, path, allow_nonfinite=False, source_grid=None):
     from keras_cait.models.surgery import check_model_object  # here: keras_cait.models imports this module
 
     check_model_object(model, "load_weights_file")
+    allow_nonfinite = checked_bool("allow_nonfinite", allow_nonfinite,
+                                   "True (load NaN or inf as they are) or False (refuse them)")
+    if not isinstance(path, (str, os.PathLike)):
+        raise ArgumentError("path", path, f"must be the path of a weights file, not {type(path).__name__}",
+                            "e.g. 'model.safetensors', 'model.pth' or 'model.weights.h5'", usage=True)
     path = os.fspath(path)
+    if os.path.isdir(path):
+        raise ArgumentError("path", path, "is a folder, not a weights file",
+                            "give a .safetensors, .pth, .pt or .weights.h5 file in it", usage=True)
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"weights={path!r}: no such file.")
+        raise FileNotFoundError(f"path={path!r}: no such file.")
     if path.endswith(".weights.h5"):
         _check_keras_weights_fit(model, path)
         nonfinite = [] if allow_nonfinite else _nonfinite_keras_weights(model, path)

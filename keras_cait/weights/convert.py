@@ -12,7 +12,7 @@ import pickle
 
 import numpy as np
 
-from keras_cait.errors import ArgumentError, listed
+from keras_cait.errors import ArgumentError, checked_bool, listed
 from keras_cait.layers.position_embedding import resize_position_embedding, source_grid_of
 
 
@@ -119,6 +119,8 @@ def load_state_dict(model, state_dict, source="checkpoint", allow_nonfinite=Fals
     from keras_cait.models.surgery import check_model_object  # here: keras_cait.models imports this module
 
     check_model_object(model, "load_state_dict")
+    allow_nonfinite = checked_bool("allow_nonfinite", allow_nonfinite,
+                                   "True (load NaN or inf as they are) or False (refuse them)")
     if isinstance(state_dict, (str, os.PathLike)):
         path = os.fspath(state_dict)
         raise ArgumentError("state_dict", path, "a path, not a state_dict (a dict of timm names to arrays)",

@@ -534,8 +534,30 @@ def test_weights_holding_nan_or_inf_are_refused_naming_the_tensor(
     assert named in str(error.value) and "allow_nonfinite=True" in str(error.value)
     for kept, weight in zip(before, model.weights):
         np.testing.assert_array_equal(weight.numpy(), kept)  # nothing was assigned
+    with pytest.raises(ValueError, match=r"^allow_nonfinite='no': must be True \(load NaN or inf as they are\) or "
+                                         r"False \(refuse them\), not str$"):
+        load_weights_file(model, path, allow_nonfinite="no")  # a str from a config was truthy: NaN loaded
+    for kept, weight in zip(before, model.weights):
+        np.testing.assert_array_equal(weight.numpy(), kept)
     load_weights_file(model, path, allow_nonfinite=True)
     assert not np.isfinite(logits(model, timm_reference.images(1, timm_reference.tiny_size))).all()
+
+
+def test_load_weights_file_given_no_path_or_a_folder_names_path(tmp_path, tiny_cait):
+    """`path`, as the caller gave it: it used to be a bare TypeError from os.fspath, and a folder
+    `weights='...': no such file`, the constructors' argument."""
+    from keras_cait.errors import ArgumentError
+    from keras_cait.weights.convert import load_state_dict
+
+    model = tiny_cait()
+    with pytest.raises(ArgumentError, match=r"^path=None: must be the path of a weights file, not NoneType; e.g. "):
+        load_weights_file(model, None)
+    with pytest.raises(ArgumentError, match=r"^path='.*': is a folder, not a weights file; give a .safetensors"):
+        load_weights_file(model, tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"^path='.*gone.pth': no such file"):
+        load_weights_file(model, tmp_path / "gone.pth")
+    with pytest.raises(ArgumentError, match=r"^allow_nonfinite='False': must be True"):
+        load_state_dict(model, {}, allow_nonfinite="False")
 
 
 def test_timm_s_block_i_maps_to_the_i_th_self_attention_block_past_ten():
