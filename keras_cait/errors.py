@@ -134,10 +134,11 @@ class ArgumentError(ValueError):
 
 
 def checked_bool(argument, value, allowed=None):
-    """`value` as a bool where it is True or False (numpy's too); else an `ArgumentError` naming
-    `argument`, with `allowed` (what each means, e.g. "True (unfreeze) or False (freeze)"). A str
-    such as 'no' from a config is truthy, so taking it would do the opposite of what was meant."""
-    if isinstance(value, (bool, numpy.bool_)):
+    """`value` as a bool where it is True or False (numpy's too, and the ints 0 and 1 that worked as
+    them before); else an `ArgumentError` naming `argument`, with `allowed` (what each means, e.g.
+    "True (unfreeze) or False (freeze)"). A str such as 'no' from a config is truthy, so taking it
+    would do the opposite of what was meant."""
+    if isinstance(value, (bool, numpy.bool_)) or (isinstance(value, (int, numpy.integer)) and value in (0, 1)):
         return bool(value)
     raise ArgumentError(argument, value, f"must be {allowed or 'True or False'}, not {type(value).__name__}",
                         usage=True)

@@ -8,13 +8,13 @@ import pytest
 from keras_cait.errors import ArgumentError, checked_bool
 
 
-@pytest.mark.parametrize("value", [True, False, np.bool_(True), np.bool_(False)])
+@pytest.mark.parametrize("value", [True, False, np.bool_(True), np.bool_(False), 0, 1, np.int64(1)])
 def test_true_and_false_are_taken_as_python_bools(value):
     taken = checked_bool("norm", value)
     assert type(taken) is bool and taken == bool(value)
 
 
-@pytest.mark.parametrize("value", ["no", "False", "yes", 0, 1, None, 1.0])
+@pytest.mark.parametrize("value", ["no", "False", "yes", 2, -1, None, 1.0])
 def test_anything_else_is_refused_by_the_argument_s_name(value):
     with pytest.raises(ArgumentError) as refused:
         checked_bool("include_top", value, "True (with the head) or False")

@@ -49,7 +49,7 @@ def test_freezing_trains_the_head_only(tiny_cait):
         set_backbone_trainable(keras.Sequential([keras.Input((2,)), keras.layers.Dense(2)]), False)
 
 
-@pytest.mark.parametrize("trainable", ["yes", "False", 0, None])
+@pytest.mark.parametrize("trainable", ["yes", "False", 2, None])
 def test_freezing_takes_a_bool_and_a_model_naming_what_it_was_given(tiny_cait, trainable):
     model = with_new_head(tiny_cait(include_top=False, pooling="token"), classes=3)
     with pytest.raises(ValueError, match=rf"^trainable={trainable!r}: must be True \(unfreeze\) or False \(freeze\)"):
