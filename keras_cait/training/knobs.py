@@ -87,8 +87,6 @@ class Knobs:
     distillation_tau: float = knob(1.0, "temperature of soft distillation", "distillation", positive=True)
 
     def __post_init__(self):
-        if isinstance(self.opt_betas, list):  # as JSON gives it back
-            object.__setattr__(self, "opt_betas", tuple(self.opt_betas))
         for field in dataclasses.fields(self):
             problem = out_of_range(field, getattr(self, field.name))
             if problem:
@@ -209,8 +207,9 @@ def shown(value):
 
 
 def _python(field, value):
-    """A checked knob's value as the Python type its field declares: numpy's 3 as 3, so that a
-    recipe compares, prints and saves as one written by hand."""
+    """A checked knob's value as the Python type its field declares: numpy's 3 as 3, a pair as JSON
+    gives it back (a list) as a tuple, so that a recipe compares, prints and saves as one written by
+    hand."""
     if value is None:
         return None
     if field.type is tuple:
