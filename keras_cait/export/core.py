@@ -69,6 +69,7 @@ def check_destination(path, overwrite=False, quantization=None):
     `MODEL_BASE_PATH/<positive integer>`. An existing destination is refused
     unless `overwrite`, and a `quantization` that the format does not take.
     """
+    path = checked_path(path)
     check_quantization(path, quantization)
     suffix = format_of(path).suffix
     if suffix is not None:
@@ -94,6 +95,14 @@ def _check_no_other_suffix(path):
                             "(e.g. serving/cait/1)", usage=True)
 
 
+def checked_path(path):
+    """`path` as a str, or an `ArgumentError` naming it where it is no path (None, a number)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ArgumentError("path", path, f"must be a str or os.PathLike, not {type(path).__name__}",
+                            "e.g. 'serving/cait/1' (a SavedModel version folder) or 'cait.onnx'", usage=True)
+    return os.fspath(path)
+
+
 def check_quantization(path, quantization):
     """Raises unless the export to `path` (the format from its suffix) takes `quantization`."""
     refused = format_of(path).refused(quantization)
@@ -103,7 +112,7 @@ def check_quantization(path, quantization):
 
 def check_version_folder(path, overwrite):
     """Raises unless `path` is a TF Serving version folder that may be written."""
-    path = os.fspath(path)
+    path = checked_path(path)
     base, version = os.path.split(os.path.normpath(path))
     if not re.fullmatch(r"[1-9][0-9]*", version):
         numeral = version.isascii() and version.isdigit()
@@ -138,7 +147,7 @@ def _checked_overwrite(overwrite):
 
 def check_file(path, suffix, overwrite):
     """Raises unless `path` ends in `suffix` and may be written."""
-    path = os.fspath(path)
+    path = checked_path(path)
     if not path.endswith(suffix):
         raise ArgumentError("path", path, f"must end in {suffix}, e.g. cait{suffix}", usage=True)
     overwrite = _checked_overwrite(overwrite)

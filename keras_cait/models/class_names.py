@@ -1,5 +1,6 @@
 """The names of a classifier's classes: how many it scores, the names it carries and their check."""
 
+from keras_cait.errors import ArgumentError
 from keras_cait.preprocessing import imagenet_classes
 
 
@@ -17,13 +18,18 @@ def checked_class_names(names, model):
     """`names` as a tuple of str, after checking there is one per class of `model`; None stays None."""
     if names is None:
         return None
-    if isinstance(names, str) or not all(isinstance(name, str) for name in names):
-        raise TypeError(f"class_names={names!r}: give a list of str, one name per class.")
+    allowed = "give a list of str, one name per class"
+    if isinstance(names, str) or not hasattr(names, "__iter__"):
+        raise ArgumentError("class_names", names, f"must be a list of names, not one {type(names).__name__}",
+                            allowed, usage=True)
     names = tuple(names)
+    for other in (name for name in names if not isinstance(name, str)):
+        raise ArgumentError("class_names", names, f"holds {other!r} ({type(other).__name__}), not only str", allowed,
+                            usage=True, shown="[...]")
     classes = class_count(model)
     if len(names) != classes:
-        raise ValueError(f"class_names has {len(names)} names but {model.name} has {classes} "
-                         "classes; give one name per class, in the order of the outputs.")
+        raise ArgumentError("class_names", names, f"has {len(names)} names but {model.name} has {classes} classes",
+                            "give one name per class, in the order of the outputs", usage=True, shown="[...]")
     if len(set(names)) != len(names):
         repeated = sorted({name for name in names if names.count(name) > 1})
         raise ValueError(f"class_names repeats {repeated}: give each class its own name.")

@@ -243,6 +243,27 @@ def test_class_names_must_match_the_classes(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("path, class_names, argument, message", [
+    (None, list("abcdefghij"), "path", "path=None: must be a str or os.PathLike, not NoneType; e.g. 'serving/cait/1' "
+     "(a SavedModel version folder) or 'cait.onnx'"),
+    ("1", "abc", "class_names", "class_names='abc': must be a list of names, not one str; give a list of str, one "
+     "name per class"),
+    ("1", [1, 2], "class_names", "class_names=[...]: holds 1 (int), not only str; give a list of str, one name per class"),
+    ("1", ["a", "b", "c"], "class_names", "class_names=[...]: has 3 names but cait has 10 classes; give one name "
+     "per class, in the order of the outputs"),
+], ids=["path_none", "names_str", "names_int", "names_count"])
+def test_a_path_that_is_no_path_and_wrong_class_names_are_refused_by_name(tmp_path, path, class_names, argument,
+                                                                           message):
+    from keras_cait.errors import ArgumentError
+
+    model = small_model(classes=10)
+    with pytest.raises(ArgumentError) as raised:
+        export_saved_model(model, None if path is None else tmp_path / path, class_names=class_names)
+    assert raised.value.argument == argument and raised.value.usage
+    assert str(raised.value) == message
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("argument, value, allowed", [
     ("from_logits", "no", "True (the model outputs logits), False (probabilities) or None (read from its last layer)"),
     ("jit_compile", "no", "True (compile with XLA) or False"),
