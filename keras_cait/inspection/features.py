@@ -27,7 +27,7 @@ import weakref
 import keras
 import numpy as np
 
-from keras_cait.errors import checked_bool
+from keras_cait.errors import ArgumentError, checked_bool
 from keras_cait.layers import PositionEmbedding
 from keras_cait.models.blocks import SelfAttentionBlock
 from keras_cait.models.inputs import check_images
@@ -46,40 +46,41 @@ def _take_indices(indices, depth):
         indices = depth
     if isinstance(indices, (bool, np.bool_)) or not isinstance(indices, (int, np.integer, collections.abc.Iterable)) \
             or isinstance(indices, str):
-        raise ValueError(
-            f"indices={indices!r}: not a block index; give an integer n for the last n blocks (e.g. 4), "
-            "a list of block indices (e.g. [0, -1]), or None for every block."
-        )
+        raise ArgumentError(
+            "indices", indices, "not a block index", "give an integer n for the last n blocks (e.g. 4), "
+            "a list of block indices (e.g. [0, -1]), or None for every block", usage=True)
     if isinstance(indices, (int, np.integer)):
         if not 0 < indices <= depth:
-            raise ValueError(
-                f"indices={indices!r}: an integer takes the last n blocks, so it must be "
-                f"from 1 to the model's {depth} self-attention blocks, e.g. 4."
-            )
+            raise ArgumentError(
+                "indices", indices, "an integer takes the last n blocks, so it must be "
+                f"from 1 to the model's {depth} self-attention blocks, e.g. 4", usage=True)
         return list(range(depth - int(indices), depth))
     taken = set()
     for index in indices:
         if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)) \
                 or not -depth <= index < depth:
-            raise ValueError(
-                f"indices={indices!r}: {index!r} is not a block index; the model has "
+            raise ArgumentError(
+                "indices", indices, f"{index!r} is not a block index", f"the model has "
                 f"{depth} self-attention blocks, so use integers from {-depth} to "
-                f"{depth - 1} (negative counts from the last), or an integer n for the last n."
-            )
+                f"{depth - 1} (negative counts from the last), or an integer n for the last n", usage=True)
         taken.add(int(index) % depth)
     if not taken:
-        raise ValueError(f"indices={indices!r}: name at least one block, e.g. [-1].")
+        raise ArgumentError("indices", indices, "name at least one block, e.g. [-1]", usage=True)
     return sorted(taken)
+
+
+def _checked_output_format(output_format):
+    """`output_format` as one of `OUTPUT_FORMATS`, in any case ('nhwc' is "NHWC"), or an `ArgumentError`."""
+    if isinstance(output_format, str) and output_format.upper() in OUTPUT_FORMATS:
+        return output_format.upper()
+    raise ArgumentError("output_format", output_format, f"must be one of {OUTPUT_FORMATS}",
+                        "'NLC' for (batch, tokens, channels) or 'NHWC' for (batch, rows, cols, channels)", usage=True)
 
 
 def _tapped(model, indices, norm, output_format):
     """`model`'s graph replayed: (inputs, the model's outputs, [features in block order])."""
     checked_bool("norm", norm, "True (the final LayerNorm applied to each feature) or False")
-    if output_format not in OUTPUT_FORMATS:
-        raise ValueError(
-            f"output_format={output_format!r}: must be one of {OUTPUT_FORMATS} "
-            "((batch, tokens, channels) or (batch, rows, cols, channels))."
-        )
+    output_format = _checked_output_format(output_format)
     blocks = [layer for layer in model.layers if isinstance(layer, SelfAttentionBlock)]
     if not blocks:
         raise ValueError(
@@ -125,7 +126,7 @@ def feature_extractor(model, indices=None, norm=False, output_format="NLC", name
             block order, each block once, as in timm.
         norm: apply the model's final LayerNorm to each feature.
         output_format: "NLC" for `(batch, rows*cols, channels)` or "NHWC" for
-            `(batch, rows, cols, channels)`.
+            `(batch, rows, cols, channels)`, in any case ("nhwc").
         name: the extractor's name; default `<model name>_features`.
 
     Returns:
@@ -162,6 +163,7 @@ def forward_intermediates(
         sequence, i.e. the output of `build_cait(..., include_top=False)`.
     """
     check_model_object(model, "forward_intermediates")
+    output_format = _checked_output_format(output_format)
     cached = _INTERMEDIATE_MODELS.setdefault(model, {})
     key = (repr(indices), norm, output_format, intermediates_only)
     if key not in cached:

@@ -124,6 +124,32 @@ def test_indices_that_are_no_block_indices_are_refused_naming_them(tiny_cait, in
         feature_extractor(tiny_cait(), indices=indices)
 
 
+@pytest.mark.parametrize("arguments, argument, message", [
+    (dict(output_format="nhwc", indices=4), "indices", "indices=4: an integer takes the last n blocks, so it must be "
+     "from 1 to the model's 2 self-attention blocks, e.g. 4"),
+    (dict(indices=[0, 3]), "indices", "indices=[0, 3]: 3 is not a block index; the model has 2 self-attention "
+     "blocks, so use integers from -2 to 1 (negative counts from the last), or an integer n for the last n"),
+    (dict(indices=[]), "indices", "indices=[]: name at least one block, e.g. [-1]"),
+    (dict(indices="all"), "indices", "indices='all': not a block index; give an integer n for the last n blocks "
+     "(e.g. 4), a list of block indices (e.g. [0, -1]), or None for every block"),
+    (dict(output_format="NCHW"), "output_format", "output_format='NCHW': must be one of ('NLC', 'NHWC'); 'NLC' for "
+     "(batch, tokens, channels) or 'NHWC' for (batch, rows, cols, channels)"),
+    (dict(output_format=None), "output_format", "output_format=None: must be one of ('NLC', 'NHWC'); 'NLC' for "
+     "(batch, tokens, channels) or 'NHWC' for (batch, rows, cols, channels)"),
+])
+def test_bad_indices_and_output_formats_are_argument_errors_and_nhwc_is_taken_in_any_case(tiny_cait, arguments,
+                                                                                          argument, message):
+    from keras_cait.errors import ArgumentError
+
+    model = tiny_cait()
+    with pytest.raises(ArgumentError) as raised:
+        feature_extractor(model, **arguments)
+    assert raised.value.argument == argument and str(raised.value) == message
+    # Before: output_format='nhwc' was refused for its case alone.
+    extractor = feature_extractor(model, indices=1, output_format="nhwc")
+    assert len(extractor.outputs[0].shape) == 4
+
+
 def test_images_forward_intermediates_cannot_take_are_refused_by_the_model_s_own_check(tiny_cait):
     # Before: Keras' `Input 0 with name 'images' of layer 'cait_intermediates' is incompatible`, a model
     # the caller never made.
