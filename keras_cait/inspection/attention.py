@@ -162,11 +162,10 @@ def attention_maps(model, images, self_attention_blocks=None, batch_size=32):
                             ["e.g. ", Named("batch_size", 32)], usage=True)
     backbone = _find_backbone(model)
     if backbone is None:
-        raise ValueError(
-            f"Model '{model.name}' has no ClassAttentionBlock, in itself or in a model inside "
-            "it, so it has no class attention to show. Pass a CaiT built by build_cait or "
-            "CaiT_*, or a model that contains one."
-        )
+        raise ArgumentError(
+            "model", model, f"{model.name} has no ClassAttentionBlock, in itself or in a model inside it, so it has "
+            "no class attention to show", "pass a CaiT built by build_cait or CaiT_*, or a model that contains one",
+            usage=True, shown=f"<{type(model).__name__} {model.name!r}>")
     images = np.asarray(images)
     check_images(images, backbone.input_shape, model.name)  # the model's own check: the fix for each shape
     self_blocks = sum(isinstance(layer, SelfAttentionBlock) for layer in backbone.layers)

@@ -51,6 +51,24 @@ def _displayable(image):
     return image[..., 0] if image.shape[-1] == 1 else image
 
 
+def _checked_maps(maps, images=None):
+    """`maps` where it is an `AttentionMaps`, else an `ArgumentError` naming `maps` (and the order of
+    the arguments where `images` is the maps: the two swapped)."""
+    from keras_cait.inspection.attention import AttentionMaps
+
+    if isinstance(maps, AttentionMaps):
+        return maps
+    shape = getattr(maps, "shape", None)
+    shown = f"<{type(maps).__name__} of shape {tuple(shape)}>" if shape is not None else (
+        None if maps is None or isinstance(maps, (str, numbers.Number)) else f"<{type(maps).__name__}>")
+    swapped = isinstance(images, AttentionMaps)
+    raise ArgumentError(
+        "maps", maps, f"must be the AttentionMaps of keras_cait.attention_maps, not {type(maps).__name__}"
+        + (" (images and maps are swapped)" if swapped else ""),
+        "images first, then maps: e.g. saliency_figure(images, keras_cait.attention_maps(model, images))",
+        usage=True, shown=shown)
+
+
 def _check(images, maps, samples):
     images = np.asarray(images)
     batch = maps.class_attention[0].shape[0]
@@ -93,6 +111,11 @@ def saliency_map(maps, size, block=0):
     """
     from keras import ops
 
+    maps = _checked_maps(maps)
+    if isinstance(size, (str, bytes)) or not hasattr(size, "__len__") or len(size) != 2 or not all(
+            isinstance(side, numbers.Integral) and not isinstance(side, bool) and side > 0 for side in size):
+        raise ArgumentError("size", size, "must be the (height, width) of the images, two positive integers",
+                            "e.g. size=(224, 224), or images.shape[1:3]", usage=True)
     grid = maps.class_attention[_checked_block(maps, block)].mean(axis=1)[..., None]  # (batch, rows, cols, 1)
     upsampled = ops.convert_to_numpy(ops.image.resize(grid, tuple(size), interpolation="bilinear"))[..., 0]
     low = upsampled.min(axis=(1, 2), keepdims=True)
@@ -111,6 +134,7 @@ def class_attention_figure(images, maps, sample=0):
     Returns:
         A Figure of `blocks × (1 + heads)` panels: the image, then one per head.
     """
+    maps = _checked_maps(maps, images)
     images = _check(images, maps, [sample])
     image = _displayable(images[sample])
     heads = maps.class_attention[0].shape[1]
@@ -154,6 +178,7 @@ def saliency_figure(images, maps, samples=None, block=0, labels=None):
     Returns:
         A Figure of `2 × len(samples)` panels.
     """
+    maps = _checked_maps(maps, images)
     samples = list(range(len(maps.class_attention[0]))) if samples is None else _listed_samples(samples)
     images = _check(images, maps, samples)
     labels = None if labels is None else list(labels)

@@ -250,6 +250,19 @@ class TestErrors:
         with pytest.raises(ValueError, match="no ClassAttentionBlock, in itself or in a model inside it"):
             attention_maps(model, images)
 
+    def test_a_model_without_class_attention_is_an_argument_error_naming_model(self, images):
+        """Before: a plain ValueError without `argument`."""
+        from keras_cait.errors import ArgumentError
+
+        model = keras.Sequential([keras.Input(INPUT_SHAPE), keras.layers.Flatten(), keras.layers.Dense(3)],
+                                 name="flat")
+        with pytest.raises(ArgumentError) as raised:
+            attention_maps(model, images)
+        assert raised.value.argument == "model" and raised.value.usage
+        assert str(raised.value) == (
+            "model=<Sequential 'flat'>: flat has no ClassAttentionBlock, in itself or in a model inside it, so it has "
+            "no class attention to show; pass a CaiT built by build_cait or CaiT_*, or a model that contains one")
+
     def test_images_of_the_wrong_shape_are_refused(self, model, images):
         """With the model's own line (`check_images`): a batch of another size was once told to add the
         batch axis."""

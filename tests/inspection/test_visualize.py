@@ -130,6 +130,31 @@ class TestFigures:
         assert str(raised.value) == message and raised.value.argument == "samples"
         assert len(saliency_figure(images_for(maps), maps, samples=np.array([2, 0])).axes) == 4
 
+    def test_maps_that_are_no_attention_maps_and_a_size_that_is_no_pair_are_refused_naming_them(self):
+        """Before: the two swapped, or maps=None, an AttributeError ('numpy.ndarray' object has no attribute
+        'class_attention'); saliency_map(maps, 32) a bare TypeError from keras."""
+        from keras_cait.errors import ArgumentError
+
+        maps = synthetic_maps(batch=3)
+        images = images_for(maps)
+        allowed = "images first, then maps: e.g. saliency_figure(images, keras_cait.attention_maps(model, images))"
+        for draw, message in [
+            (lambda: saliency_figure(maps, images), "maps=<ndarray of shape (3, 32, 32, 3)>: must be the AttentionMaps "
+             "of keras_cait.attention_maps, not ndarray (images and maps are swapped); " + allowed),
+            (lambda: class_attention_figure(maps, images), "maps=<ndarray of shape (3, 32, 32, 3)>: must be the "
+             "AttentionMaps of keras_cait.attention_maps, not ndarray (images and maps are swapped); " + allowed),
+            (lambda: saliency_figure(images, None), "maps=None: must be the AttentionMaps of keras_cait.attention_maps, "
+             "not NoneType; " + allowed),
+        ]:
+            with pytest.raises(ArgumentError) as raised:
+                draw()
+            assert raised.value.argument == "maps" and str(raised.value) == message
+        with pytest.raises(ArgumentError) as raised:
+            saliency_map(maps, 32)
+        assert raised.value.argument == "size" and str(raised.value) == (
+            "size=32: must be the (height, width) of the images, two positive integers; e.g. size=(224, 224), or "
+            "images.shape[1:3]")
+        assert saliency_map(maps, [8, 6]).shape == (3, 8, 6)
 
     def test_missing_matplotlib_says_how_to_install_it(self, monkeypatch):
         monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
