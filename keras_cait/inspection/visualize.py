@@ -200,7 +200,8 @@ def saliency_figure(images, maps, samples=None, block=0, labels=None):
 
 def save_figure(figure, path, dpi=100):
     """Writes `figure` as a PNG to `path` (a file ending in .png) through a temporary file, so never
-    half-written. An existing file is replaced; an existing folder is refused, never replaced."""
+    half-written, at `dpi` (a positive number) dots per inch. An existing file is replaced; an existing
+    folder is refused, never replaced."""
     shown = os.fspath(path) if isinstance(path, os.PathLike) else path
     if not isinstance(shown, str):
         raise ArgumentError("path", path, f"must be a file path ending in .png, not {type(path).__name__}",
@@ -211,6 +212,9 @@ def save_figure(figure, path, dpi=100):
     if not shown.lower().endswith(".png"):
         raise ArgumentError("path", path, "save_figure writes a PNG, so the file must end in .png",
                             "e.g. 'saliency.png'", usage=True)
+    if isinstance(dpi, bool) or not isinstance(dpi, numbers.Real) or not 0 < dpi < float("inf"):
+        raise ArgumentError("dpi", dpi, "must be a positive number of dots per inch", "e.g. dpi=100 (the default) "
+                            "or dpi=200 for print", usage=True)
     with written_atomically(path) as partial:
         figure.savefig(partial, format="png", dpi=dpi)
     return path

@@ -197,6 +197,21 @@ def test_save_figure_refuses_a_folder_or_another_format_and_keeps_the_folder(tmp
                                       "e.g. save_figure(figure, 'saliency.png')")
 
 
+@pytest.mark.parametrize("dpi", ["100", 0, -5, None, True, float("nan")])
+def test_save_figure_refuses_a_dpi_that_is_no_positive_number_naming_it(tmp_path, dpi):
+    """Before: dpi='100' failed inside matplotlib (TypeError: can't multiply sequence by non-int of type 'numpy.float64')."""
+    from keras_cait.errors import ArgumentError
+
+    maps = synthetic_maps()
+    figure = saliency_figure(images_for(maps), maps)
+    with pytest.raises(ArgumentError) as raised:
+        save_figure(figure, tmp_path / "saliency.png", dpi=dpi)
+    assert raised.value.argument == "dpi" and str(raised.value) == (
+        f"dpi={dpi!r}: must be a positive number of dots per inch; e.g. dpi=100 (the default) or dpi=200 for print")
+    assert list(tmp_path.iterdir()) == []
+    assert save_figure(figure, tmp_path / "saliency.png", dpi=50.5).exists()
+
+
 class TestAttentionCommand:
     @pytest.fixture(scope="class")
     def photo(self, tmp_path_factory):
