@@ -9,6 +9,7 @@ def cpu_flags():
     (another OS)."""
     try:
         with open("/proc/cpuinfo") as file:
-            return {flag for line in file if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
+            return {flag for line in file if line.partition(":")[0].strip() == "flags"
+                    for flag in line.partition(":")[2].split()}
     except OSError:
         return set()

@@ -23,9 +23,10 @@ def checked_class_names(names, model):
         raise ArgumentError("class_names", names, f"must be a list of names, not one {type(names).__name__}",
                             allowed, usage=True)
     names = tuple(names)
-    for other in (name for name in names if not isinstance(name, str)):
-        raise ArgumentError("class_names", names, f"holds {other!r} ({type(other).__name__}), not only str", allowed,
-                            usage=True, shown="[...]")
+    others = [name for name in names if not isinstance(name, str)]
+    if others:
+        raise ArgumentError("class_names", names, f"holds {others[0]!r} ({type(others[0]).__name__}), not only str",
+                            allowed, usage=True, shown="[...]")
     classes = class_count(model)
     if len(names) != classes:
         raise ArgumentError("class_names", names, f"has {len(names)} names but {model.name} has {classes} classes",
