@@ -12,6 +12,7 @@
     require_extra    imports a module of an optional extra, or raises `ExtraMissing`
     listed           a list shortened for a message: `a, b, c and 4 more`
     checked_bool     a True/False argument as a bool, or an ArgumentError (a str 'no' is not False)
+    checked_number   a number in its range, or an ArgumentError (a str '0.5' from a config is no number)
 
 `str(error)` speaks Python, one line:
 
@@ -26,6 +27,7 @@ would have to find again by pattern.
 import contextlib
 import contextvars
 import importlib
+import numbers
 import os
 
 import numpy
@@ -142,6 +144,16 @@ def checked_bool(argument, value, allowed=None):
         return bool(value)
     raise ArgumentError(argument, value, f"must be {allowed or 'True or False'}, not {type(value).__name__}",
                         usage=True)
+
+
+def checked_number(argument, value, fits, bounds, example):
+    """`value` where it is a number (not a bool) for which `fits(value)` holds; else an `ArgumentError`
+    naming `argument`: `must be a number <bounds>[, not str]; e.g. <argument>=<example>`."""
+    number = not isinstance(value, bool) and isinstance(value, numbers.Real)
+    if number and fits(value):
+        return value
+    raise ArgumentError(argument, value, f"must be a number {bounds}" + ("" if number else f", not {type(value).__name__}"),
+                        ["e.g. ", Named(argument, example)], usage=True)
 
 
 def _rebuilt(kind, state):

@@ -16,12 +16,10 @@ cross-entropy on the mixup/cutmix soft targets). DeiT divides the soft term by
 batch × classes (PyTorch's legacy KL reduction), which is kept here.
 """
 
-import numbers
-
 import keras
 from keras import ops
 
-from keras_cait.errors import ArgumentError, Named, checked_bool
+from keras_cait.errors import ArgumentError, Named, checked_bool, checked_number
 
 DISTILLATION_TYPES = ("none", "soft", "hard")
 
@@ -101,14 +99,8 @@ class Distiller(keras.Model):
                                 f"must be one of {', '.join(map(repr, DISTILLATION_TYPES))} (DeiT's --distillation-type)",
                                 ["e.g. ", Named("distillation_type", "hard")], usage=True)
         # A str from a config ('0.5') failed the range check with a bare TypeError.
-        for argument, value, fits, bounds, example in (
-                ("alpha", alpha, lambda v: 0 <= v <= 1, "from 0 to 1", 0.5),
-                ("tau", tau, lambda v: v > 0, "above 0", 1.0)):
-            number = not isinstance(value, bool) and isinstance(value, numbers.Real)
-            if not number or not fits(value):
-                raise ArgumentError(argument, value, f"must be a number {bounds}"
-                                    + ("" if number else f", not {type(value).__name__}"),
-                                    ["e.g. ", Named(argument, example)], usage=True)
+        checked_number("alpha", alpha, lambda v: 0 <= v <= 1, "from 0 to 1", 0.5)
+        checked_number("tau", tau, lambda v: v > 0, "above 0", 1.0)
         # A str 'no' is truthy: probabilities would be taken for logits.
         student_from_logits = checked_bool("student_from_logits", student_from_logits,
                                            "True (the student outputs logits) or False (probabilities)")

@@ -1,11 +1,9 @@
 """AdamW as DeiT/CaiT train with it, built from Keras core's AdamW."""
 
-import numbers
-
 import keras
 
 from keras_cait.deprecation import renamed_keywords
-from keras_cait.errors import ArgumentError, Named, checked_bool
+from keras_cait.errors import checked_bool, checked_number
 from keras_cait.layers import ClassToken, PositionEmbedding
 from keras_cait.models.surgery import check_model_object
 from keras_cait.training.knobs import DEIT
@@ -20,12 +18,8 @@ def _check_settings(**settings):
     """An `ArgumentError` naming the first of `settings` (name: (value, low, high, example)) that is
     no number (a str from a config, a bool) or is outside [low, high) (high None: no bound)."""
     for name, (value, low, high, example) in settings.items():
-        number = not isinstance(value, bool) and isinstance(value, numbers.Real)
-        if not number or value < low or (high is not None and value >= high):
-            kind = "" if number else f", not {type(value).__name__}"
-            bounds = f"at least {low}" if high is None else f"in [{low}, {high})"
-            raise ArgumentError(name, value, f"must be a number {bounds}{kind}", ["e.g. ", Named(name, example)],
-                                usage=True)
+        checked_number(name, value, lambda v: low <= v and (high is None or v < high),
+                       f"at least {low}" if high is None else f"in [{low}, {high})", example)
 
 
 def _layers(layer):
