@@ -106,6 +106,10 @@ def load_weights_file(model, path, allow_nonfinite=False, source_grid=None):
     if not os.path.isfile(path):
         raise FileNotFoundError(f"path={path!r}: no such file.")
     if path.endswith(".weights.h5"):
+        if source_grid is not None:
+            raise ArgumentError("source_grid", source_grid,
+                                f"is for timm/DeiT checkpoints; the Keras weights file {path} records its own grid",
+                                "leave source_grid=None for a .weights.h5 file", usage=True)
         _check_keras_weights_fit(model, path)
         nonfinite = [] if allow_nonfinite else _nonfinite_keras_weights(model, path)
         if nonfinite:

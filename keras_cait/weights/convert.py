@@ -131,6 +131,7 @@ def load_state_dict(model, state_dict, source="checkpoint", allow_nonfinite=Fals
                             f"{type(state_dict).__name__}",
                             "e.g. keras_cait.weights.read_checkpoint('model.safetensors')", usage=True,
                             shown=f"<{type(state_dict).__name__}>")
+    source_grid = checked_source_grid(source_grid)
     key_map = list(timm_key_map(model, head))
     expected = {key for key, _, _ in key_map}
     missing = expected - set(state_dict)
@@ -169,6 +170,24 @@ def load_state_dict(model, state_dict, source="checkpoint", allow_nonfinite=Fals
         raise nonfinite_error(nonfinite, source)
     for variable, value in values.values():
         variable.assign(value)
+
+
+def checked_source_grid(source_grid):
+    """`source_grid` as `(rows, cols)` of positive ints, or None; else an `ArgumentError`."""
+    if source_grid is None:
+        return None
+    try:
+        rows, cols = source_grid
+        fits = all(isinstance(side, (int, np.integer)) and not isinstance(side, bool) and side > 0
+                   for side in (rows, cols))
+    except (TypeError, ValueError):
+        fits = False
+    if not fits:
+        raise ArgumentError("source_grid", source_grid,
+                            "must be the (rows, cols) patch grid of the checkpoint's position embedding, "
+                            "two positive ints",
+                            "e.g. source_grid=(14, 14) for 196 positions, or None for a square grid", usage=True)
+    return int(rows), int(cols)
 
 
 def _fit_position_embedding(value, model, source_grid):

@@ -324,6 +324,31 @@ def test_timm_checkpoint_whose_grid_fits_no_token_count_is_refused(timm_referenc
         load_weights_file(tiny_cait(input_shape=(64, 64, 3)), path)
 
 
+@pytest.mark.parametrize("grid", [14, (14,), (2, 3, 1), "2,3", (2.0, 3), (0, 6), (-2, -3), (True, 6)])
+def test_a_source_grid_that_is_no_pair_of_positive_ints_is_refused_by_name(timm_reference, tiny_cait, grid):
+    from keras_cait.errors import ArgumentError
+
+    path = timm_reference.save(timm_reference.tiny_model(img_size=(32, 48)))  # 2×3 patches
+    model = tiny_cait(input_shape=(64, 64, 3))
+    before = [keras.ops.convert_to_numpy(weight) for weight in model.weights]
+    with pytest.raises(ArgumentError, match=r"^source_grid=.*: must be the \(rows, cols\) patch grid") as caught:
+        load_weights_file(model, path, source_grid=grid)
+    assert caught.value.argument == "source_grid"
+    assert all(np.array_equal(keras.ops.convert_to_numpy(weight), value)
+               for weight, value in zip(model.weights, before))
+
+
+def test_a_source_grid_given_with_a_keras_weights_file_is_refused(tiny_cait, tmp_path):
+    from keras_cait.errors import ArgumentError
+
+    model = tiny_cait()
+    path = str(tmp_path / "tiny.weights.h5")
+    model.save_weights(path)
+    with pytest.raises(ArgumentError, match=r"^source_grid=\(2, 3\): is for timm/DeiT checkpoints; .*records its own grid"):
+        load_weights_file(model, path, source_grid=(2, 3))
+    load_weights_file(model, path, source_grid=None)
+
+
 @pytest.mark.large
 def test_a_file_missing_on_the_server_is_reported_with_its_status(hub, keras_cache):
     with pytest.raises(ConnectionError, match=r"answered 404 .*cait_xxs24_224\.fb_dist_in1k.*weights='/path/to/model\.safetensors'"):
