@@ -11,7 +11,7 @@ reference's evaluation transform (`keras_cait.images.evaluation_transform`).
 import math
 import numbers
 
-from keras_cait.errors import ArgumentError, Named
+from keras_cait.errors import ArgumentError, Named, listed
 from keras_cait.images.evaluation_transform import (
     check_crop_pct, decode_image, decoded_size, evaluation_transform, target_size,
 )
@@ -164,6 +164,14 @@ def training_stream(
                             f"{type(augmentation).__name__}", "e.g. keras_cait.training.Augmentation(224, "
                             "source.num_classes), or a recipe's: RECIPES['transfer'].augmentation(224, "
                             "source.num_classes)", usage=True, shown=f"<{type(augmentation).__name__}>")
+    if augmentation.num_classes != source.num_classes:
+        raise ArgumentError("augmentation", augmentation,
+                            f"makes soft labels over {augmentation.num_classes} classes, but the source has "
+                            f"{source.num_classes} ({listed(source.class_names)})",
+                            ["give it the source's: keras_cait.training.Augmentation(image_size, ",
+                             Named("num_classes", source.num_classes), "), or a recipe's ",
+                             "augmentation(image_size, source.num_classes)"],
+                            usage=True, shown=f"<Augmentation of {augmentation.num_classes} classes>")
     steps = steps_per_epoch(source, batch_size)
     examples_per_epoch = steps * batch_size
     first_epoch, first_batch = divmod(start_step, steps)

@@ -155,3 +155,16 @@ def test_a_stream_given_a_path_no_augmentation_or_a_batch_that_cannot_work_names
         with pytest.raises(ValueError) as caught:
             call()
         assert str(caught.value) == line
+
+
+@pytest.mark.parametrize("num_classes", [9, 11])
+def test_an_augmentation_for_another_number_of_classes_is_refused_naming_both(folder, num_classes):
+    """Fewer classes would one-hot the last class's labels to zero rows and train on them silently."""
+    from keras_cait.errors import ArgumentError
+
+    source = sources.image_folder(folder)
+    with pytest.raises(ArgumentError, match=rf"^augmentation=<Augmentation of {num_classes} classes>: makes soft "
+                       rf"labels over {num_classes} classes, but the source has 10 \(.*\); give it the source's: "
+                       r".*num_classes=10") as caught:
+        stream.training_stream(source, Augmentation(image_size=32, num_classes=num_classes), 8, 1)
+    assert caught.value.argument == "augmentation"
