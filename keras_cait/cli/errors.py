@@ -420,7 +420,13 @@ def read_class_names(flag, path):
     if not os.path.isfile(path):
         raise fail(f"{flag} {path}: no such file; give a text file with one class name per line.")
     with open(path, encoding="utf-8") as file:
-        return [line.strip() for line in file if line.strip()]
+        names = [line.strip() for line in file if line.strip()]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        from keras_cait.errors import listed
+
+        raise fail(f"{flag} {path}: repeats {listed(repeated)}; give each class its own name, one a line.")
+    return names
 
 
 def check_range(flag, value, low, high=None, example=None):

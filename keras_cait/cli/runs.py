@@ -26,6 +26,7 @@ from keras_cait.cli.errors import (
     flag,
     flag_name,
     from_library,
+    read_class_names,
     reported,
     usage,
     weights_errors,
@@ -325,10 +326,7 @@ def _check_data(flag, spec, class_names):
 
 
 def _class_names(args):
-    if not args.class_names:
-        return None
-    with open(args.class_names) as file:
-        return [line.strip() for line in file if line.strip()]
+    return read_class_names("--class-names", args.class_names) if args.class_names else None
 
 
 def _arguments(function, args, **given):

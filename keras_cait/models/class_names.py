@@ -33,7 +33,8 @@ def checked_class_names(names, model):
                             "give one name per class, in the order of the outputs", usage=True, shown="[...]")
     if len(set(names)) != len(names):
         repeated = sorted({name for name in names if names.count(name) > 1})
-        raise ValueError(f"class_names repeats {repeated}: give each class its own name.")
+        raise ArgumentError("class_names", names, f"repeats {repeated}", "give each class its own name", usage=True,
+                            shown="[...]")
     return names
 
 

@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import numbers
 import os
+import collections.abc
 from collections.abc import Callable
 
 import numpy as np
@@ -197,13 +198,21 @@ def tfrecords(files, class_names, num_examples=None):
         class_names: the class of each index (its length is the class count).
         num_examples: the record count, or None to count them once.
     """
+    if isinstance(class_names, str) or not isinstance(class_names, collections.abc.Iterable):
+        raise ArgumentError("class_names", class_names, "must be a list of names, one per class index",
+                            ["e.g. ", Named("class_names", ["cat", "dog"])], usage=True)
+    class_names = list(class_names)
+    repeated = sorted({str(name) for name in class_names if class_names.count(name) > 1})
+    if repeated:
+        raise ArgumentError("class_names", class_names, f"repeats {listed(repeated)}",
+                            "give each class its own name, in the order of the indices", usage=True)
     paths = sorted(tf.io.gfile.glob(files)) if isinstance(files, str) else list(files)
     if not paths:
         raise FileNotFoundError(f"No TFRecord files match {files!r}.")
     examples = tf.data.TFRecordDataset(paths)
     if num_examples is None:
         num_examples = int(examples.reduce(0, lambda count, _: count + 1))
-    return ImageSource(examples, _parse_record, num_examples, list(class_names))
+    return ImageSource(examples, _parse_record, num_examples, class_names)
 
 
 def tfds(name, split, data_dir=None):

@@ -119,6 +119,9 @@ ROWS = {
                                  "10 classes", "--class-names FILE", reads="model"),
     "export/class-names-count": row("export {tmp}/serving/1 --model {model} --class-names {names}", FAILURE,
                                     "--class-names {names}", "3 names", "10 classes", reads="model"),
+    "export/repeated-class-names": row("export {tmp}/serving/1 --model {model} --class-names {repeated}", FAILURE,
+                                       "--class-names {repeated}", "repeats class3", "its own name",
+                                       reads="model"),
     "export/missing-class-names": row("export {tmp}/serving/1 --model {model} --class-names {tmp}/missing.txt",
                                       FAILURE, "--class-names {tmp}/missing.txt", "no such file"),
     "export/class-names-with-onnx": row("export {tmp}/cait.onnx --model {model} --class-names {names}", USAGE,
@@ -159,6 +162,8 @@ ROWS = {
                                         "give --batch-size 4 or less", "leave --batch-size out", reads="data"),
     "train/tfrecords-without-class-names": row("train --data tfrecord:{tmp}/*.tfrecord --output-dir {tmp}/run",
                                                USAGE, "tfrecord:{tmp}/*.tfrecord", "--class-names"),
+    "train/repeated-class-names": row("train --data tfrecord:{tmp}/x --class-names {repeated} --output-dir {tmp}/run",
+                                      FAILURE, "--class-names {repeated}", "repeats class3", "its own name"),
     "train/missing-class-names": row("train --data tfrecord:{tmp}/x --class-names {tmp}/names.txt "
                                      "--output-dir {tmp}/run", FAILURE, "--class-names {tmp}/names.txt"),
     "train/teacher-without-distillation": row(TRAIN + " --teacher {tmp}/t.keras", USAGE, "--teacher",
@@ -287,6 +292,9 @@ def make_workspace(root):
     paths["names"] = os.path.join(root, "three_names.txt")
     with open(paths["names"], "w") as file:
         file.write("cat\ndog\nbird\n")
+    paths["repeated"] = os.path.join(root, "ten_names_one_twice.txt")
+    with open(paths["repeated"], "w") as file:
+        file.write("".join(f"class{i}\n" for i in range(9)) + "class3\n")
     for name in ("folder", "pngfolder.png", "existing/1", "empty/cat"):
         os.makedirs(os.path.join(root, name))
     paths.update(folder=os.path.join(root, "folder"), pngfolder=os.path.join(root, "pngfolder.png"),

@@ -39,6 +39,19 @@ def test_image_folder_errors_say_what_is_expected(tmp_path):
         sources.image_folder(None)  # was: TypeError from os.fspath
 
 
+@pytest.mark.parametrize("class_names, problem", [
+    (["cat", "dog", "cat"], r"repeats cat; give each class its own name"),
+    (None, "must be a list of names"), ("cat,dog", "must be a list of names"), (3, "must be a list of names")])
+def test_tfrecords_refuse_class_names_that_name_no_class_each_before_reading(tmp_path, class_names, problem):
+    """A repeated name gave two indices one name: predictions read the wrong class. Refused before
+    any file is globbed (the pattern here matches nothing: it is not what is reported)."""
+    from keras_cait.errors import ArgumentError
+
+    with pytest.raises(ArgumentError, match=rf"^class_names=.*: {problem}") as caught:
+        sources.tfrecords(str(tmp_path / "none-*"), class_names)
+    assert caught.value.argument == "class_names"
+
+
 @pytest.mark.large
 def test_tfrecords_round_trip(folder, tmp_path):
     source = sources.image_folder(folder)
