@@ -26,11 +26,34 @@ _EXAMPLES = dict(global_batch_size=512, base=5e-4, reference_batch_size=512, pea
 
 def _check_numbers(**values):
     """An `ArgumentError` naming the first of `values` that is no number (a str read from a config
-    file, None, a bool); the ranges are each function's own checks."""
+    file, None, a bool); the ranges are each function's own checks (`_out_of_range`)."""
     for name, value in values.items():
         if isinstance(value, bool) or not hasattr(value, "__float__"):
             raise ArgumentError(name, value, f"must be a number, not {type(value).__name__}",
                                 ["e.g. ", Named(name, _EXAMPLES[name])], usage=True)
+
+
+def _out_of_range(name, value, bounds, example=None):
+    """The `ArgumentError` of `name=value` outside `bounds` (a str, or a list with `Named` parts);
+    `example`: a value that fits (default: the recipe's)."""
+    return ArgumentError(name, value, ["must be ", *([bounds] if isinstance(bounds, str) else bounds)],
+                         ["e.g. ", Named(name, _EXAMPLES[name] if example is None else example)], usage=True)
+
+
+def _check_count(name, value):
+    """A positive whole number (`3.0` too: a config's float), else `_out_of_range`."""
+    if not (value > 0 and float(value).is_integer()):
+        raise _out_of_range(name, value, "a positive whole number")
+
+
+def _check_rates(peak, warmup_start, minimum):
+    """Finite rates of at least 0, `minimum` at most `peak`."""
+    if not 0 <= peak < math.inf:
+        raise _out_of_range("peak", peak, "a finite rate of at least 0")
+    if not 0 <= warmup_start < math.inf:
+        raise _out_of_range("warmup_start", warmup_start, "a finite rate of at least 0")
+    if not 0 <= minimum <= peak:
+        raise _out_of_range("minimum", minimum, ["at least 0 and at most ", Named("peak", peak)], 0.0)
 
 
 def scaled_learning_rate(
@@ -46,8 +69,8 @@ def scaled_learning_rate(
     0.001
     """
     _check_numbers(global_batch_size=global_batch_size, base=base, reference_batch_size=reference_batch_size)
-    if global_batch_size <= 0:
-        raise ValueError(f"global_batch_size={global_batch_size}: must be a positive integer.")
+    _check_count("global_batch_size", global_batch_size)
+    _check_count("reference_batch_size", reference_batch_size)
     return base * global_batch_size / reference_batch_size
 
 
@@ -78,13 +101,11 @@ def warmup_cosine(
     """
     _check_numbers(peak=peak, total_steps=total_steps, warmup_steps=warmup_steps, warmup_start=warmup_start,
                    minimum=minimum)
+    _check_count("total_steps", total_steps)
     if not 0 <= warmup_steps < total_steps:
-        raise ValueError(
-            f"warmup_steps={warmup_steps}, total_steps={total_steps}: the warmup must be "
-            "shorter than the run; e.g. warmup 5 epochs of a run of at least 6."
-        )
-    if not 0 <= minimum <= peak:
-        raise ValueError(f"minimum={minimum}, peak={peak}: need 0 <= minimum <= peak.")
+        raise _out_of_range("warmup_steps", warmup_steps, ["at least 0 and shorter than the run of ",
+                                                           Named("total_steps", total_steps)], total_steps // 20)
+    _check_rates(peak, warmup_start, minimum)
     return keras.optimizers.schedules.CosineDecay(
         initial_learning_rate=warmup_start if warmup_steps else peak,
         decay_steps=total_steps - warmup_steps,
@@ -130,14 +151,12 @@ class EpochCosine(keras.optimizers.schedules.LearningRateSchedule):
     ):
         _check_numbers(peak=peak, epochs=epochs, steps_per_epoch=steps_per_epoch, warmup_epochs=warmup_epochs,
                        warmup_start=warmup_start, minimum=minimum)
-        if epochs <= 0 or steps_per_epoch <= 0 or not 0 <= warmup_epochs < epochs:
-            raise ValueError(
-                f"epochs={epochs}, steps_per_epoch={steps_per_epoch}, warmup_epochs="
-                f"{warmup_epochs}: need positive epochs and steps and 0 <= warmup_epochs < "
-                "epochs, e.g. 300, 2502 and 5."
-            )
-        if not 0 <= minimum <= peak:
-            raise ValueError(f"minimum={minimum}, peak={peak}: need 0 <= minimum <= peak.")
+        _check_count("epochs", epochs)
+        _check_count("steps_per_epoch", steps_per_epoch)
+        if not 0 <= warmup_epochs < epochs:
+            raise _out_of_range("warmup_epochs", warmup_epochs, ["at least 0 and shorter than the run of ",
+                                                                 Named("epochs", epochs)], min(_EXAMPLES["warmup_epochs"], epochs - 1))
+        _check_rates(peak, warmup_start, minimum)
         self.peak = float(peak)
         self.epochs = int(epochs)
         self.steps_per_epoch = int(steps_per_epoch)

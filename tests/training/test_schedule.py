@@ -6,6 +6,7 @@ import keras
 import numpy as np
 import pytest
 
+from keras_cait.errors import ArgumentError
 from keras_cait.training import scaled_learning_rate, warmup_cosine
 
 
@@ -14,8 +15,11 @@ def test_linear_scaling_with_the_global_batch():
     assert scaled_learning_rate(1024) == pytest.approx(1e-3)
     assert scaled_learning_rate(64 * 8) == scaled_learning_rate(512)
     assert scaled_learning_rate(256, base=1e-3) == pytest.approx(5e-4)
-    with pytest.raises(ValueError, match="global_batch_size=0"):
+    with pytest.raises(ArgumentError, match=r"^global_batch_size=0: must be a positive whole number; e.g. "
+                       r"global_batch_size=512$"):
         scaled_learning_rate(0)
+    with pytest.raises(ArgumentError, match=r"^reference_batch_size=0: must be a positive whole number"):
+        scaled_learning_rate(64, reference_batch_size=0)
 
 
 def expected(step, peak, total, warmup, start=1e-6, minimum=1e-5):
@@ -52,10 +56,16 @@ def test_without_warmup_it_starts_at_the_peak():
 
 
 def test_bad_lengths_are_explained():
-    with pytest.raises(ValueError, match="warmup must be shorter than the run"):
+    with pytest.raises(ArgumentError, match=r"^warmup_steps=50: must be at least 0 and shorter than the run of "
+                       r"total_steps=50; e.g. warmup_steps=2$"):
         warmup_cosine(1e-3, total_steps=50, warmup_steps=50)
-    with pytest.raises(ValueError, match="need 0 <= minimum <= peak"):
+    with pytest.raises(ArgumentError, match=r"^minimum=0.001: must be at least 0 and at most peak=1e-05; e.g. "
+                       r"minimum=0.0$"):
         warmup_cosine(1e-5, total_steps=100, warmup_steps=5, minimum=1e-3)
+    for bad in (dict(total_steps=0), dict(peak=float("nan")), dict(peak=float("inf")), dict(warmup_start=-1e-6)):
+        with pytest.raises(ArgumentError, match=rf"^{next(iter(bad))}=.*: must be") as caught:
+            warmup_cosine(**{**dict(peak=1e-3, total_steps=100, warmup_steps=5), **bad})
+        assert caught.value.argument == next(iter(bad))
 
 
 @pytest.mark.parametrize("epochs, warmup", [(300, 5), (30, 5), (12, 0)])
@@ -88,8 +98,14 @@ def test_epoch_cosine_config_round_trip_and_errors():
     schedule = EpochCosine(1e-3, 10, 5, warmup_epochs=2)
     clone = EpochCosine.from_config(schedule.get_config())
     assert float(clone(23)) == pytest.approx(float(schedule(23)))
-    with pytest.raises(ValueError, match="warmup_epochs=10"):
+    with pytest.raises(ArgumentError, match=r"^warmup_epochs=10: must be at least 0 and shorter than the run of "
+                       r"epochs=10; e.g. warmup_epochs=5$"):
         EpochCosine(1e-3, 10, 5, warmup_epochs=10)
+    for epochs, steps, argument in ((2.5, 5, "epochs"), (0, 5, "epochs"), (10, 0, "steps_per_epoch"),
+                                    (10, 4.5, "steps_per_epoch")):
+        with pytest.raises(ArgumentError, match=rf"^{argument}=.*: must be a positive whole number"):
+            EpochCosine(1e-3, epochs, steps, warmup_epochs=0)
+    assert EpochCosine(1e-3, 10.0, 5.0).get_config()["epochs"] == 10  # a config's 10.0 is 10 epochs
 
 
 def test_a_rate_or_a_length_that_is_no_number_is_refused_naming_it():
