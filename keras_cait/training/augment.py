@@ -7,11 +7,12 @@ runs it in tf.data.
 """
 
 import dataclasses
+import math
 import numbers
 
 import keras
 
-from keras_cait.errors import ArgumentError, Named
+from keras_cait.errors import ArgumentError, Named, checked_bool, checked_number
 from keras_cait.preprocessing import IMAGENET_MEAN, IMAGENET_STD
 from keras_cait.training.mixup_cutmix import MixupCutmix
 from keras_cait.training.rand_augment import RandAugment
@@ -41,8 +42,15 @@ def rand_augment(magnitude=9, num_ops=2, seed=None):
     model casts them at its input. (Keras' augmentation layers otherwise follow
     a mixed policy and return float16/bfloat16 images.)
     """
-    if not 0 <= magnitude <= 10:
-        raise ValueError(f"magnitude={magnitude}: must be in [0, 10] as timm's, e.g. 9.")
+    # A str '9' from a config used to fail on `<=`; a numpy float in range inside Keras (its `factor`
+    # must be a Python float); a float or negative num_ops inside tf.data, far from the call.
+    magnitude = float(checked_number("magnitude", magnitude, lambda m: 0 <= m <= 10, "in [0, 10] as timm's", 9))
+    if isinstance(num_ops, bool) or not isinstance(num_ops, numbers.Integral) or num_ops < 0:
+        kind = "" if isinstance(num_ops, numbers.Integral) and not isinstance(num_ops, bool) else \
+            f", not {type(num_ops).__name__}"
+        raise ArgumentError("num_ops", num_ops, f"must be a non-negative integer{kind}",
+                            ["e.g. ", Named("num_ops", 2)], usage=True)
+    num_ops = int(num_ops)  # a numpy integer would reach the layer's config, which JSON cannot write
     factor = magnitude / 10 * _TIMM_MAX_ROTATION_DEGREES / 360
     return RandAugment(value_range=(0, 255), num_ops=num_ops, factor=factor, seed=seed, dtype="float32")
 
@@ -59,8 +67,8 @@ def random_erasing(probability=0.25):
     Returns:
         a function `(image (H, W, 3) float 0..255, stateless key (2,)) -> image`.
     """
-    if not 0 <= probability <= 1:
-        raise ValueError(f"probability={probability}: must be in [0, 1], e.g. 0.25.")
+    # A str '0.25' used to fail on `<=`, and True to be taken as an erasure of every image.
+    probability = float(checked_number("probability", probability, lambda p: 0 <= p <= 1, "in [0, 1]", 0.25))
     # tf.data code: imported here so that `keras_cait.training` loads without TensorFlow
     # (the JAX backend's training, e.g. on a GPU machine without TensorFlow).
     import tensorflow as tf
@@ -138,13 +146,29 @@ class Augmentation:
                     f", not {type(value).__name__}"
                 raise ArgumentError(name, value, f"must be a positive integer{kind}{note}",
                                     ["e.g. ", Named(name, example)], usage=True)
+        # A str 'no' from a config is truthy: it used to flip half of the images it meant to leave alone.
+        object.__setattr__(self, "horizontal_flip", checked_bool(
+            "horizontal_flip", self.horizontal_flip, "True (flip half of the images) or False"))
+        # Checked here rather than by `crop()` when the stream starts: scale=0.5 failed there on a
+        # subscript, and (1.0, 0.08) as a ValueError far from the Augmentation that held it.
+        for name, bounds, fits, example in (
+                ("scale", "0 < min <= max <= 1", lambda low, high: 0 < low <= high <= 1, (0.08, 1.0)),
+                ("ratio", "0 < min <= max", lambda low, high: 0 < low <= high and math.isfinite(high),
+                 Named("ratio", shown="(3/4, 4/3)"))):
+            value = getattr(self, name)
+            pair = isinstance(value, (tuple, list)) and len(value) == 2 and all(
+                not isinstance(bound, bool) and isinstance(bound, numbers.Real) for bound in value)
+            if not (pair and fits(*value)):
+                raise ArgumentError(name, value, f"must be a pair (min, max) of numbers with {bounds}",
+                                    ["e.g. ", example if isinstance(example, Named) else Named(name, example)],
+                                    usage=True)
         for name, low, high, closed, example in _NUMBER_RANGES:
             value = getattr(self, name)
             within = f"in [{low}, {high}{']' if closed else ')'}" if high is not None else f"of at least {low}"
             if isinstance(value, bool) or not isinstance(value, numbers.Real):
                 raise ArgumentError(name, value, f"must be a number {within}, not {type(value).__name__}",
                                     ["e.g. ", Named(name, example)], usage=True)
-            if not (low <= value and (high is None or value < high or closed and value == high)):
+            if not (low <= value and (math.isfinite(value) if high is None else value < high or closed and value == high)):
                 raise ArgumentError(name, value, f"must be a number {within}", ["e.g. ", Named(name, example)],
                                     usage=True)
 

@@ -8,7 +8,12 @@ base of its image augmentation layers), which is why a call inside tf.data
 needs the TensorFlow backend; the training stream does not go through `call`.
 """
 
+import math
+import numbers
+
 import keras
+
+from keras_cait.errors import ArgumentError, Named, checked_number
 
 
 def cutmix_probability(mixup_alpha, cutmix_alpha, switch_prob):
@@ -143,14 +148,17 @@ class MixupCutmix(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        for name, value in (("mixup_alpha", mixup_alpha), ("cutmix_alpha", cutmix_alpha)):
-            if value < 0:
-                raise ValueError(f"{name}={value}: must be >= 0 (0 disables it), e.g. 0.8.")
-        if not 0 <= switch_prob <= 1 or not 0 <= label_smoothing < 1:
-            raise ValueError(
-                f"switch_prob={switch_prob}, label_smoothing={label_smoothing}: need "
-                "0 <= switch_prob <= 1 and 0 <= label_smoothing < 1, e.g. 0.5 and 0.1."
-            )
+        # Each argument refused by its own name: num_classes=10.7 used to be cut to 10 and 0 to make NaN
+        # labels (ε / 0), a NaN or inf alpha was taken, and a str failed on `<` with a TypeError.
+        if isinstance(num_classes, bool) or not isinstance(num_classes, numbers.Integral) or num_classes < 1:
+            kind = "" if isinstance(num_classes, numbers.Integral) and not isinstance(num_classes, bool) else \
+                f", not {type(num_classes).__name__}"
+            raise ArgumentError("num_classes", num_classes, f"must be a positive integer{kind}",
+                                ["e.g. ", Named("num_classes", 10)], usage=True)
+        for name, value, example in (("mixup_alpha", mixup_alpha, 0.8), ("cutmix_alpha", cutmix_alpha, 1.0)):
+            checked_number(name, value, lambda alpha: 0 <= alpha < math.inf, "of at least 0 (0 disables it)", example)
+        checked_number("switch_prob", switch_prob, lambda p: 0 <= p <= 1, "in [0, 1]", 0.5)
+        checked_number("label_smoothing", label_smoothing, lambda e: 0 <= e < 1, "in [0, 1)", 0.1)
         self.num_classes = int(num_classes)
         self.mixup_alpha = float(mixup_alpha)
         self.cutmix_alpha = float(cutmix_alpha)
