@@ -6,6 +6,7 @@ import os
 
 import keras
 
+from keras_cait.errors import ArgumentError, Named
 from keras_cait.io.atomic import write_text, written_atomically
 from keras_cait.models.architecture import with_class_names
 from keras_cait.training.resume import ResumableBackup
@@ -43,9 +44,11 @@ class BestModelCheckpoint(keras.callbacks.Callback):
 
     def __init__(self, filepath, monitor="val_accuracy", mode="max", stage=None):
         super().__init__()
-        if mode not in ("min", "max"):
-            raise ValueError(f"mode={mode!r}: must be 'min' or 'max'.")
-        self.filepath, self.monitor, self.mode = os.fspath(filepath), monitor, mode
+        _check_monitor(monitor)
+        if not isinstance(mode, str) or mode not in ("min", "max"):
+            raise ArgumentError("mode", mode, "must be 'min' (a loss) or 'max' (an accuracy)",
+                                ["e.g. ", Named("mode", "max")], usage=True)
+        self.filepath, self.monitor, self.mode = _model_path(filepath, "best.keras"), monitor, mode
         self.stage = stage
         self.best = None
 
@@ -64,6 +67,24 @@ class BestModelCheckpoint(keras.callbacks.Callback):
             write_text(best_record_path(self.filepath), json.dumps(record) + "\n")
 
 
+def _model_path(filepath, example):
+    # Checked when the callback is made: 'best.h5' used to be refused by save_model only when the first
+    # epoch (or, for the moving average, the whole training) had run, and None as a bare TypeError.
+    if not isinstance(filepath, (str, os.PathLike)) or not os.fspath(filepath).endswith(".keras"):
+        raise ArgumentError("filepath", filepath, "must be the path of a .keras file",
+                            ["e.g. ", Named("filepath", example)], usage=True)
+    return os.fspath(filepath)
+
+
+def _check_monitor(monitor):
+    # None used to be taken, and refused only at the end of the first epoch, as a KeyError
+    # (run_callbacks: an AttributeError on `endswith`).
+    if not isinstance(monitor, str) or not monitor:
+        raise ArgumentError("monitor", monitor, "must be the name of a metric in the epoch's logs",
+                            ["e.g. ", Named("monitor", "val_accuracy"), " or ", Named("monitor", "val_loss")],
+                            usage=True)
+
+
 def best_record_path(model_path):
     """Where `BestModelCheckpoint` says what `model_path` is the best of: best.keras -> best.json."""
     return os.fspath(model_path).removesuffix(".keras") + ".json"
@@ -80,7 +101,7 @@ class MovingAverageFile(keras.callbacks.Callback):
 
     def __init__(self, filepath):
         super().__init__()
-        self.filepath = os.fspath(filepath)
+        self.filepath = _model_path(filepath, "ema.keras")
         self.raw = None
 
     def on_epoch_end(self, epoch, logs=None):
@@ -109,6 +130,7 @@ def run_callbacks(output_dir, backup_dir, backup_every, monitor="val_accuracy", 
     Returns:
         (callbacks to pass to `resume.fit`, the `ResumableBackup`).
     """
+    _check_monitor(monitor)
     checkpoint = BestModelCheckpoint(
         os.path.join(output_dir, "best.keras"),
         monitor=monitor,
