@@ -77,11 +77,23 @@ def enable_lora(model, rank, targets=ATTENTION_PROJECTIONS, alpha=None):
         if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
             raise ArgumentError("alpha", alpha, f"must be a positive number, not {type(alpha).__name__}", allowed,
                                 usage=True)
+        if alpha == float("inf"):  # every update inf, the weights NaN
+            raise ArgumentError("alpha", alpha, "must be a finite number: the update is scaled by alpha / rank",
+                                allowed, usage=True)
         if not alpha > 0:  # NaN too
             raise ArgumentError("alpha", alpha, "must be positive: the update is scaled by alpha / rank, so 0 adds "
                                 "nothing and a negative alpha flips its sign", allowed, usage=True)
         alpha = int(alpha) if isinstance(alpha, numbers.Integral) else float(alpha)
-    targets = (targets,) if isinstance(targets, str) else tuple(targets)
+    # None or a number used to fail on `tuple()` with a bare TypeError.
+    given = targets
+    try:
+        targets = (targets,) if isinstance(targets, str) else tuple(targets)
+    except TypeError:
+        targets = None
+    if targets is None or not all(isinstance(name, str) for name in targets):
+        raise ArgumentError("targets", given, "must be the name of a Dense layer or a list of such names",
+                            ["e.g. ", Named("targets", ("qkv", "output_projection")), ", or leave ",
+                             Named("targets"), " out for every attention projection"], usage=True)
     if HEAD_NAME not in [layer.name for layer in model.layers]:
         raise ValueError(
             f"Model '{model.name}' has no '{HEAD_NAME}' head layer; make one with with_new_head()."

@@ -137,3 +137,28 @@ def test_a_refused_second_call_leaves_the_model_as_it_was(tiny_cait, first):
         enable_lora(model, rank=4)
     assert _lora_layers(model) == adapted
     assert {w.path for w in model.trainable_weights} == trainable
+
+
+@pytest.mark.parametrize("targets", [None, 5, ("qkv", 3)])
+def test_targets_that_are_no_layer_names_are_refused_naming_targets(tiny_cait, targets):
+    """None and 5 used to fail on `tuple(targets)` with a bare TypeError."""
+    from keras_cait.errors import ArgumentError
+
+    model = with_new_head(tiny_cait(include_top=False, pooling="token"), classes=CLASSES)
+    with pytest.raises(ArgumentError, match=r"^targets=.*: must be the name of a Dense layer or a list of such "
+                       r"names; e\.g\. targets=\('qkv', 'output_projection'\), or leave targets out") as refused:
+        enable_lora(model, rank=4, targets=targets)
+    assert refused.value.argument == "targets"
+    assert lora_weights(model) == []
+    assert lora_weights(enable_lora(model, rank=4, targets=iter(["qkv"])))  # any iterable of names still works
+
+
+def test_an_infinite_alpha_is_refused_naming_alpha(tiny_cait):
+    """inf used to be taken: every update inf, the weights NaN after the first step."""
+    from keras_cait.errors import ArgumentError
+
+    model = with_new_head(tiny_cait(include_top=False, pooling="token"), classes=CLASSES)
+    with pytest.raises(ArgumentError, match=r"^alpha=inf: must be a finite number: the update is scaled by "
+                       r"alpha / rank; e\.g\. alpha=8") as refused:
+        enable_lora(model, rank=4, alpha=float("inf"))
+    assert refused.value.argument == "alpha"
