@@ -93,7 +93,10 @@ def openvino_counts(path, precision, profile_seconds, feed):
     compiled = openvino.Core().compile_model(path, "CPU", config)
     layers = collections.Counter()
     bf16 = collections.Counter()
+    shapes = {}  # layer name -> its inputs' shapes, to tell apart layers of one type
     for operation in compiled.get_runtime_model().get_ordered_ops():
+        shapes[operation.get_friendly_name()] = " × ".join(
+            str(operation.input(index).get_partial_shape()) for index in range(operation.get_input_size()))
         info = {key: value.astype(str) for key, value in operation.get_rt_info().items()}
         layer_type = info.get("layerType", operation.get_type_name())
         if layer_type in ("Input", "Output", "Parameter", "Result", "Const"):
@@ -105,14 +108,20 @@ def openvino_counts(path, precision, profile_seconds, feed):
               "bf16_by_type": dict(bf16.most_common()), "reorders": layers.get("Reorder", 0)}
     if profile_seconds:
         request = compiled.create_infer_request()
-        shares = collections.Counter()
+        shares, by_shape, calls = collections.Counter(), collections.Counter(), 0
         deadline = time.perf_counter() + profile_seconds
         while time.perf_counter() < deadline:
             request.infer(feed)
+            calls += 1
             for node in request.profiling_info:
-                shares[f"{node.node_type} ({node.exec_type})"] += node.real_time.total_seconds()
+                kind = f"{node.node_type} ({node.exec_type})"
+                shares[kind] += node.real_time.total_seconds()
+                by_shape[f"{kind} {shapes.get(node.node_name, '?')}"] += node.real_time.total_seconds()
         total = sum(shares.values())
         result["time_share_by_type"] = {name: round(value / total, 4) for name, value in shares.most_common(20)}
+        # ms per call of each layer type, kernel and input shapes, summed over the layers that share them
+        result["ms_per_call_by_shape"] = {name: round(1e3 * value / calls, 2) for name, value in by_shape.most_common(20)}
+        result["ms_per_call"] = round(1e3 * total / calls, 2)
     return result
 
 

@@ -138,6 +138,8 @@ def main():
     parser.add_argument("--jit", action="store_true", help="the SavedModel exported with jit_compile=True")
     parser.add_argument("--openvino", choices=["f32", "bf16"],
                         help="profile our OpenVINO IR and timm's ONNX on OpenVINO instead, at this precision hint")
+    parser.add_argument("--by-shape", action="store_true",
+                        help="with --openvino: ms per call of each layer type, kernel and input shapes as well")
     parser.add_argument("--calls", type=int, default=10, help="profiled calls of the SavedModel")
     parser.add_argument("--seconds", type=float, default=5.0, help="profiled seconds of each OpenVINO model")
     parser.add_argument("--top", type=int, default=12, help="rows per table")
@@ -154,6 +156,11 @@ def main():
             print(f"{case}, OpenVINO {args.openvino}, {name}: {counts['executed']} layers, "
                   f"{counts['reorders']} reorders\n\n| layer (kernel) | share of the time |\n|---|---|")
             print("\n".join(f"| {layer} | {100 * share:.0f} % |" for layer, share in shares), end="\n\n")
+            if args.by_shape:
+                print(f"{case}, OpenVINO {args.openvino}, {name}: {counts['ms_per_call']:.1f} ms per call (counters)"
+                      "\n\n| layer (kernel) inputs | ms per call |\n|---|---|")
+                rows = list(counts["ms_per_call_by_shape"].items())[:args.top]
+                print("\n".join(f"| {layer} | {ms:.1f} |" for layer, ms in rows), end="\n\n")
     else:
         rows = profile_saved_model(spec, workdir, args.batch, args.compute_dtype, args.jit, args.calls)
         print(table(f"{case}, SavedModel serving_default, {args.compute_dtype}{', XLA' if args.jit else ''}",

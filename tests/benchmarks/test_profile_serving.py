@@ -41,3 +41,14 @@ def test_the_profiles_name_the_ops_that_ran(tmp_path):
     for model in ("ours", "timm"):
         assert f"smoke bs1, OpenVINO f32, {model}:" in openvino
     assert openvino.count("| FullyConnected") >= 2
+
+
+def test_the_openvino_profile_by_shape_tells_the_head_mixes_apart(tmp_path):
+    """--by-shape splits a layer type by its inputs: our talking-heads mixes, the (H, H) @ (H, batch·N·N)
+    MatMuls, are a row of their own beside the attention's (batch·H, N, d) MatMuls."""
+    openvino = profile("--openvino", "f32", "--by-shape", "--top", "1000", workdir=tmp_path)
+    ours = openvino[openvino.index("OpenVINO f32, ours:"):openvino.index("OpenVINO f32, timm:")]
+    assert re.search(r"ours: \d+\.\d ms per call \(counters\)", ours)
+    assert re.search(r"\| MatMul \(\S+\) \[(\d+),\1\] × \[\1,\?\] \| \d+\.\d \|", ours), ours
+    assert re.search(r"\| FullyConnected \(\S+\) \[\?,\d+\] × \[\d+,\d+\]", ours), ours
+    assert re.search(r"timm: \d+\.\d ms per call \(counters\)", openvino)
