@@ -12,6 +12,7 @@
     require_extra    imports a module of an optional extra, or raises `ExtraMissing`
     listed           a list shortened for a message: `a, b, c and 4 more`
     checked_bool     a True/False argument as a bool, or an ArgumentError (a str 'no' is not False)
+    checked_count    a positive (or non-negative) integer as an int, or an ArgumentError (a float is no count)
     checked_number   a number in its range, or an ArgumentError (a str '0.5' from a config is no number)
 
 `str(error)` speaks Python, one line:
@@ -144,6 +145,19 @@ def checked_bool(argument, value, allowed=None):
         return bool(value)
     raise ArgumentError(argument, value, f"must be {allowed or 'True or False'}, not {type(value).__name__}",
                         usage=True)
+
+
+def checked_count(argument, value, example, minimum=1, note=""):
+    """`value` as an int where it is an integer (numpy's too; not a bool, a float or a str) of at least
+    `minimum` (1 or 0); else an `ArgumentError` naming `argument`: `must be a positive integer<note>[, not
+    str]; e.g. <argument>=<example>`. `note` says what the count is (", the images per forward pass")."""
+    integer = not isinstance(value, (bool, numpy.bool_)) and isinstance(value, numbers.Integral)
+    if integer and value >= minimum:
+        return int(value)  # a numpy integer would reach a layer's config, which JSON cannot write
+    words = "a positive integer" if minimum == 1 else "a non-negative integer" if minimum == 0 else \
+        f"an integer of at least {minimum}"
+    raise ArgumentError(argument, value, f"must be {words}{note}" + ("" if integer else f", not {type(value).__name__}"),
+                        ["e.g. ", Named(argument, example)], usage=True)
 
 
 def checked_number(argument, value, fits, bounds, example):

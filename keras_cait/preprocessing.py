@@ -5,11 +5,10 @@ import collections.abc
 import functools
 import importlib.resources
 import json
-import numbers
 
 import numpy as np
 
-from keras_cait.errors import ArgumentError, Named, checked_bool
+from keras_cait.errors import ArgumentError, checked_bool, checked_count
 
 # The mean and std of ImageNet-1k's RGB pixels on a 0..1 scale, as every CaiT checkpoint was
 # trained with them (timm's IMAGENET_DEFAULT_MEAN / _STD); the model normalises with them too.
@@ -94,8 +93,7 @@ def decode_predictions(preds, top=5, class_names=None):
         >>> keras_cait.decode_predictions(model.predict(image[None]), top=2, class_names=model.class_names)
         [[(1, 'roses', 0.97), (0, 'daisy', 0.03)]]
     """
-    if isinstance(top, bool) or not isinstance(top, numbers.Integral) or top < 1:
-        raise ArgumentError("top", top, "must be a positive integer", ["e.g. ", Named("top", 5)], usage=True)
+    checked_count("top", top, 5)
     preds = np.asarray(list(preds) if isinstance(preds, collections.abc.Iterator) else preds)
     if class_names is None:
         if preds.ndim != 2 or preds.shape[1] != 1000:

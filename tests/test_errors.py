@@ -2,6 +2,7 @@
 line in Python and in any caller's spelling; a missing extra named with its pip install. The errors
 of the models' own arguments are tested with them (tests/models/test_variants.py, test_architecture.py)."""
 
+import numpy as np
 import pytest
 
 
@@ -85,3 +86,28 @@ def test_a_count_takes_its_noun_in_the_singular_only_for_one():
     assert [counted(n, "epoch") for n in (0, 1, 2)] == ["0 epochs", "1 epoch", "2 epochs"]
     assert [counted(n, "class", "classes") for n in (1, 3)] == ["1 class", "3 classes"]
     assert counted(1281167, "image") == "1,281,167 images"
+
+
+@pytest.mark.parametrize("value, minimum", [(3, 1), (np.int64(3), 1), (1, 1), (0, 0), (np.uint8(2), 0)])
+def test_a_count_is_taken_as_a_python_int(value, minimum):
+    from keras_cait.errors import checked_count
+
+    taken = checked_count("batch_size", value, 64, minimum=minimum)
+    assert type(taken) is int and taken == int(value)
+
+
+@pytest.mark.parametrize("value, minimum, problem", [
+    (0, 1, "must be a positive integer, the images per step"),
+    (-1, 0, "must be a non-negative integer, the images per step"),
+    (2.0, 1, "must be a positive integer, the images per step, not float"),
+    ("4", 1, "must be a positive integer, the images per step, not str"),
+    (True, 1, "must be a positive integer, the images per step, not bool"),
+    (np.bool_(True), 0, "must be a non-negative integer, the images per step, not bool"),
+    (None, 1, "must be a positive integer, the images per step, not NoneType")])
+def test_anything_but_a_count_in_range_is_refused_by_name_with_an_example(value, minimum, problem):
+    from keras_cait.errors import ArgumentError, checked_count
+
+    with pytest.raises(ArgumentError) as refused:
+        checked_count("batch_size", value, 64, minimum=minimum, note=", the images per step")
+    assert (refused.value.argument, refused.value.usage) == ("batch_size", True)
+    assert str(refused.value) == f"batch_size={value!r}: {problem}; e.g. batch_size=64"

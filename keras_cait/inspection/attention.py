@@ -22,13 +22,12 @@ The model itself is not modified, so its own predictions cost what they did.
 """
 
 import dataclasses
-import numbers
 import weakref
 
 import keras
 import numpy as np
 
-from keras_cait.errors import ArgumentError, Named
+from keras_cait.errors import ArgumentError, checked_count
 from keras_cait.layers import PositionEmbedding
 from keras_cait.models.blocks import ClassAttentionBlock, SelfAttentionBlock
 from keras_cait.models.inputs import check_images
@@ -157,9 +156,7 @@ def attention_maps(model, images, self_attention_blocks=None, batch_size=32):
         (1, 4, 14, 14)
     """
     check_model_object(model, "attention_maps")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
-        raise ArgumentError("batch_size", batch_size, "must be a positive integer, the images per forward pass",
-                            ["e.g. ", Named("batch_size", 32)], usage=True)
+    checked_count("batch_size", batch_size, 32, note=", the images per forward pass")
     backbone = _find_backbone(model)
     if backbone is None:
         raise ArgumentError(

@@ -19,7 +19,7 @@ import numpy as np
 from keras import ops
 
 from keras_cait.deprecation import moved_names
-from keras_cait.errors import ArgumentError, checked_bool, quietly_caused
+from keras_cait.errors import ArgumentError, checked_bool, checked_count, quietly_caused
 from keras_cait.layers import ClassToken, PatchEmbedding, PositionEmbedding
 from keras_cait.layers.initializers import linear_kernel
 from keras_cait.models import blocks
@@ -173,12 +173,7 @@ def checked_classes(classes, argument="classes"):
     it is a positive integer (not a bool, a float or a str); else an `ArgumentError` naming `argument`.
     `build_cait`, `with_new_head`, `load_classifier` and keras-hub's `CaiTImageClassifier`
     (`num_classes`) take a head's classes through it."""
-    if isinstance(classes, bool) or not isinstance(classes, numbers.Integral) or classes < 1:
-        kind = "" if isinstance(classes, numbers.Integral) and not isinstance(classes, bool) else \
-            f", not {type(classes).__name__}"
-        raise ArgumentError(argument, classes, f"must be a positive integer, the number of classes{kind}", "e.g. 10",
-                            usage=True)
-    return int(classes)
+    return checked_count(argument, classes, 10, note=", the number of classes")
 
 
 def checked_drop_path_rate(drop_path_rate, argument="drop_path_rate"):

@@ -12,7 +12,7 @@ import numbers
 
 import keras
 
-from keras_cait.errors import ArgumentError, Named, checked_bool, checked_number
+from keras_cait.errors import ArgumentError, Named, checked_bool, checked_count, checked_number
 from keras_cait.preprocessing import IMAGENET_MEAN, IMAGENET_STD
 from keras_cait.training.mixup_cutmix import MixupCutmix
 from keras_cait.training.rand_augment import RandAugment
@@ -45,12 +45,7 @@ def rand_augment(magnitude=9, num_ops=2, seed=None):
     # A str '9' from a config used to fail on `<=`; a numpy float in range inside Keras (its `factor`
     # must be a Python float); a float or negative num_ops inside tf.data, far from the call.
     magnitude = float(checked_number("magnitude", magnitude, lambda m: 0 <= m <= 10, "in [0, 10] as timm's", 9))
-    if isinstance(num_ops, bool) or not isinstance(num_ops, numbers.Integral) or num_ops < 0:
-        kind = "" if isinstance(num_ops, numbers.Integral) and not isinstance(num_ops, bool) else \
-            f", not {type(num_ops).__name__}"
-        raise ArgumentError("num_ops", num_ops, f"must be a non-negative integer{kind}",
-                            ["e.g. ", Named("num_ops", 2)], usage=True)
-    num_ops = int(num_ops)  # a numpy integer would reach the layer's config, which JSON cannot write
+    num_ops = checked_count("num_ops", num_ops, 2, minimum=0)
     factor = magnitude / 10 * _TIMM_MAX_ROTATION_DEGREES / 360
     return RandAugment(value_range=(0, 255), num_ops=num_ops, factor=factor, seed=seed, dtype="float32")
 
@@ -140,12 +135,7 @@ class Augmentation:
         # (`magnitude`, `probability`) or fail on a type inside tf.data.
         for name, example, note in (("image_size", 224, ""), ("num_classes", 10, ""),
                                     ("repeats", DEIT.repeated_aug, " (1 disables repetition)")):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-                kind = "" if isinstance(value, numbers.Integral) and not isinstance(value, bool) else \
-                    f", not {type(value).__name__}"
-                raise ArgumentError(name, value, f"must be a positive integer{kind}{note}",
-                                    ["e.g. ", Named(name, example)], usage=True)
+            checked_count(name, getattr(self, name), example, note=note)
         # A str 'no' from a config is truthy: it used to flip half of the images it meant to leave alone.
         object.__setattr__(self, "horizontal_flip", checked_bool(
             "horizontal_flip", self.horizontal_flip, "True (flip half of the images) or False"))

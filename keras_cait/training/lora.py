@@ -29,7 +29,7 @@ import numbers
 
 import keras
 
-from keras_cait.errors import ArgumentError, Named
+from keras_cait.errors import ArgumentError, Named, checked_count
 from keras_cait.models.surgery import (  # noqa: F401  merge_lora: also keras_cait.training.lora's
     HEAD_NAME, check_model_object, merge_lora,
 )
@@ -66,12 +66,7 @@ def enable_lora(model, rank, targets=ATTENTION_PROJECTIONS, alpha=None):
     target is checked before any is adapted).
     """
     check_model_object(model, "enable_lora")
-    if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or rank < 1:
-        kind = "" if isinstance(rank, numbers.Integral) and not isinstance(rank, bool) else \
-            f", not {type(rank).__name__}"
-        raise ArgumentError("rank", rank, f"must be a positive integer{kind}", ["e.g. ", Named("rank", 8)],
-                            usage=True)
-    rank = int(rank)  # a numpy integer would reach the layers' configs, which JSON cannot write
+    rank = checked_count("rank", rank, 8)
     if alpha is not None:
         allowed = ["e.g. ", Named("alpha", 2 * rank), ", or leave ", Named("alpha"), " out for ", Named("alpha", rank)]
         if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):

@@ -9,11 +9,10 @@ needs the TensorFlow backend; the training stream does not go through `call`.
 """
 
 import math
-import numbers
 
 import keras
 
-from keras_cait.errors import ArgumentError, Named, checked_number
+from keras_cait.errors import checked_count, checked_number
 
 
 def cutmix_probability(mixup_alpha, cutmix_alpha, switch_prob):
@@ -150,11 +149,7 @@ class MixupCutmix(keras.layers.Layer):
         super().__init__(**kwargs)
         # Each argument refused by its own name: num_classes=10.7 used to be cut to 10 and 0 to make NaN
         # labels (ε / 0), a NaN or inf alpha was taken, and a str failed on `<` with a TypeError.
-        if isinstance(num_classes, bool) or not isinstance(num_classes, numbers.Integral) or num_classes < 1:
-            kind = "" if isinstance(num_classes, numbers.Integral) and not isinstance(num_classes, bool) else \
-                f", not {type(num_classes).__name__}"
-            raise ArgumentError("num_classes", num_classes, f"must be a positive integer{kind}",
-                                ["e.g. ", Named("num_classes", 10)], usage=True)
+        checked_count("num_classes", num_classes, 10)
         for name, value, example in (("mixup_alpha", mixup_alpha, 0.8), ("cutmix_alpha", cutmix_alpha, 1.0)):
             checked_number(name, value, lambda alpha: 0 <= alpha < math.inf, "of at least 0 (0 disables it)", example)
         checked_number("switch_prob", switch_prob, lambda p: 0 <= p <= 1, "in [0, 1]", 0.5)

@@ -9,9 +9,8 @@ reference's evaluation transform (`keras_cait.images.evaluation_transform`).
 """
 
 import math
-import numbers
 
-from keras_cait.errors import ArgumentError, Named, listed
+from keras_cait.errors import ArgumentError, Named, checked_count, listed
 from keras_cait.images.evaluation_transform import (
     check_crop_pct, decode_image, decoded_size, evaluation_transform, target_size,
 )
@@ -106,11 +105,7 @@ def _block_shuffle(examples, buffer, key):
 
 
 def _check_batch_size(batch_size):
-    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
-        kind = "" if isinstance(batch_size, numbers.Integral) and not isinstance(batch_size, bool) else \
-            f", not {type(batch_size).__name__}"
-        raise ArgumentError("batch_size", batch_size, f"must be a positive integer{kind}",
-                            ["e.g. ", Named("batch_size", 64)], usage=True)
+    checked_count("batch_size", batch_size, 64)
 
 
 def steps_per_epoch(source, batch_size):

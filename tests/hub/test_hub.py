@@ -144,7 +144,7 @@ def test_the_hub_classes_name_their_own_arguments_given_the_wrong_type():
     backbone = CaiTBackbone(image_shape=(TINY_SIZE, TINY_SIZE, 3), **TINY_CAIT)
     for num_classes, kind in [(0, ""), ("3", ", not str"), (2.0, ", not float")]:
         with pytest.raises(ValueError, match=rf"^num_classes={num_classes!r}: must be a positive integer, the number "
-                                             rf"of classes{kind}; e.g. 10$"):  # was Dense's `units`
+                                             rf"of classes{kind}; e.g. num_classes=10$"):  # was Dense's `units`
             CaiTImageClassifier(backbone, num_classes)
     with pytest.raises(ValueError, match=r"^backbone=<str>: CaiTImageClassifier takes a CaiTBackbone, not a str"):
         CaiTImageClassifier("cait_xxs24_224", 3)  # was AttributeError: 'str' object has no attribute 'dtype_policy'

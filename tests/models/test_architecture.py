@@ -501,10 +501,10 @@ def test_text_given_to_predict_is_a_type_error_with_the_fix(tiny_cait, images):
 
 
 @pytest.mark.parametrize("classes, line", [
-    ("2", "classes='2': must be a positive integer, the number of classes, not str; e.g. 10"),
-    (0, "classes=0: must be a positive integer, the number of classes; e.g. 10"),
-    (2.0, "classes=2.0: must be a positive integer, the number of classes, not float; e.g. 10"),
-    (True, "classes=True: must be a positive integer, the number of classes, not bool; e.g. 10"),
+    ("2", "classes='2': must be a positive integer, the number of classes, not str; e.g. classes=10"),
+    (0, "classes=0: must be a positive integer, the number of classes; e.g. classes=10"),
+    (2.0, "classes=2.0: must be a positive integer, the number of classes, not float; e.g. classes=10"),
+    (True, "classes=True: must be a positive integer, the number of classes, not bool; e.g. classes=10"),
 ])
 def test_a_constructor_refuses_classes_that_are_no_positive_integer_naming_classes(classes, line):
     """They used to reach Keras' Dense and its `units` ("2", 0, 2.0), or build a 1-class head (True)."""
@@ -524,7 +524,7 @@ def test_classes_is_checked_once_for_the_builder_and_a_new_head(tiny_cait):
     for build in (lambda: tiny_cait(classes="2"), lambda: with_new_head(backbone, classes="2")):
         with pytest.raises(ArgumentError) as refused:
             build()
-        assert str(refused.value) == "classes='2': must be a positive integer, the number of classes, not str; e.g. 10"
+        assert str(refused.value) == "classes='2': must be a positive integer, the number of classes, not str; e.g. classes=10"
     # A numpy integer is an integer (Keras' Dense refused np.int64 as `units`); without a head
     # `classes` is not read.
     assert tiny_cait(classes=np.int64(2)).output_shape == (None, 2)

@@ -118,7 +118,7 @@ def test_the_images_are_the_same_float32_under_every_policy(folder, policy):
     (dict(switch_prob="0.5"), "switch_prob='0.5': must be a number in [0, 1], not str; e.g. switch_prob=0.5"),
     (dict(image_size="32"), "image_size='32': must be a positive integer, not str; e.g. image_size=224"),
     (dict(num_classes=0), "num_classes=0: must be a positive integer; e.g. num_classes=10"),
-    (dict(repeats="3"), "repeats='3': must be a positive integer, not str (1 disables repetition); e.g. repeats=3"),
+    (dict(repeats="3"), "repeats='3': must be a positive integer (1 disables repetition), not str; e.g. repeats=3"),
 ])
 def test_an_augmentation_that_cannot_work_is_refused_when_made_naming_its_field(changes, line):
     # Before: accepted, then refused by the stream's layers as `probability=2` or `magnitude=20` (arguments
