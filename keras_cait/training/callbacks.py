@@ -6,7 +6,7 @@ import os
 
 import keras
 
-from keras_cait.errors import ArgumentError, Named
+from keras_cait.errors import ArgumentError, Named, checked_count
 from keras_cait.io.atomic import write_text, written_atomically
 from keras_cait.models.architecture import with_class_names
 from keras_cait.training.resume import ResumableBackup
@@ -131,6 +131,7 @@ def run_callbacks(output_dir, backup_dir, backup_every, monitor="val_accuracy", 
         (callbacks to pass to `resume.fit`, the `ResumableBackup`).
     """
     _check_monitor(monitor)
+    backup_every = checked_count("backup_every", backup_every, 1000)  # not as ResumableBackup's save_freq
     checkpoint = BestModelCheckpoint(
         os.path.join(output_dir, "best.keras"),
         monitor=monitor,

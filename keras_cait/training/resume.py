@@ -11,7 +11,7 @@ import zipfile
 import keras
 import numpy as np
 
-from keras_cait.errors import Named, Said, listed, quietly_caused, spoken
+from keras_cait.errors import Named, Said, checked_count, listed, quietly_caused, spoken
 from keras_cait.io import atomic
 
 _POINTER = "latest.json"
@@ -190,8 +190,7 @@ class ResumableBackup(keras.callbacks.Callback):
 
     def __init__(self, backup_dir, save_freq=500, checkpoints=()):
         super().__init__()
-        if not isinstance(save_freq, int) or save_freq < 1:
-            raise ValueError(f"save_freq={save_freq!r}: must be a positive number of steps, e.g. 500.")
+        save_freq = checked_count("save_freq", save_freq, 500, note=", the steps between backups")
         self.backup_dir = os.fspath(backup_dir)
         self.save_freq = save_freq
         self.checkpoints = list(checkpoints)

@@ -123,3 +123,19 @@ def test_best_model_checkpoint_refuses_a_mode_or_monitor_naming_it(tmp_path):
     _refused(lambda: BestModelCheckpoint(path, monitor=None), "monitor", line)
     # run_callbacks: an AttributeError ('NoneType' object has no attribute 'endswith').
     _refused(lambda: run_callbacks(tmp_path, tmp_path / "backup", 100, monitor=None), "monitor", line)
+
+
+@pytest.mark.parametrize("backup_every, kind", [(0, ""), (2.5, ", not float"), ("100", ", not str")])
+def test_run_callbacks_name_backup_every_not_the_backup_s_save_freq(tmp_path, backup_every, kind):
+    """`run_callbacks(backup_every=0)` used to be refused by the ResumableBackup it makes, as `save_freq=0`."""
+    from keras_cait.errors import ArgumentError
+    from keras_cait.training.callbacks import run_callbacks
+    from keras_cait.training.resume import ResumableBackup
+
+    with pytest.raises(ArgumentError, match=rf"^backup_every={backup_every!r}: must be a positive integer{kind}; "
+                       r"e\.g\. backup_every=1000$"):
+        run_callbacks(str(tmp_path / "run"), str(tmp_path / "backup"), backup_every)
+    with pytest.raises(ArgumentError, match=r"^save_freq=0: must be a positive integer, the steps between backups; "
+                       r"e\.g\. save_freq=500$"):
+        ResumableBackup(str(tmp_path / "backup"), save_freq=0)
+    assert ResumableBackup(str(tmp_path / "backup"), save_freq=np.int64(3)).save_freq == 3
