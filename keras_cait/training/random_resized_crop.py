@@ -10,10 +10,27 @@ backend; the training stream does not go through `call`.
 """
 
 import math
+import numbers
 
 import keras
 
+from keras_cait.errors import ArgumentError, Named, checked_bool, checked_count
+
 ATTEMPTS = 10  # boxes tried before falling back to a central crop (torchvision, timm)
+# Resamplings that every path resizes with: one image (`keras.ops.image.resize`, tf.image.resize in
+# the training stream) and a batch (`keras.ops.image.scale_and_translate`: no "nearest" or "area").
+INTERPOLATIONS = ("bicubic", "bilinear", "lanczos3", "lanczos5")
+
+
+def checked_range(argument, value, bounds, fits, example):
+    """`value` as a tuple of two floats where it is a pair (min, max) of numbers (numpy's too) for which
+    `fits(low, high)` holds; else an `ArgumentError` naming `argument`, with `example` (a `Named`)."""
+    pair = isinstance(value, (tuple, list)) and len(value) == 2 and all(
+        not isinstance(bound, bool) and isinstance(bound, numbers.Real) for bound in value)
+    if not (pair and fits(*value)):
+        raise ArgumentError(argument, value, f"must be a pair (min, max) of numbers with {bounds}",
+                            ["e.g. ", example], usage=True)
+    return tuple(float(bound) for bound in value)
 
 
 def crop_boxes(uniforms, image_height, image_width, scale, ratio, ops=keras.ops):
@@ -151,16 +168,21 @@ class RandomResizedCrop(keras.layers.Layer):
                 f"RandomResizedCrop: data_format={self.data_format!r} is not supported; "
                 "use channels-last images (H, W, C)."
             )
-        if not 0 < scale[0] <= scale[1] <= 1:
-            raise ValueError(f"scale={scale}: need 0 < min <= max <= 1, e.g. (0.08, 1.0).")
-        if not 0 < ratio[0] <= ratio[1]:
-            raise ValueError(f"ratio={ratio}: need 0 < min <= max, e.g. (3/4, 4/3).")
-        self.height = int(height)
-        self.width = int(width)
-        self.scale = tuple(float(s) for s in scale)
-        self.ratio = tuple(float(r) for r in ratio)
+        # Checked by the names given: int() truncated height=24.5 and took '24'; scale=0.5 failed on a
+        # subscript, a third bound was ignored; an unknown interpolation failed only when called.
+        self.height = checked_count("height", height, 224, note=", the output's height in pixels")
+        self.width = checked_count("width", width, 224, note=", the output's width in pixels")
+        self.scale = checked_range("scale", scale, "0 < min <= max <= 1", lambda low, high: 0 < low <= high <= 1,
+                                   Named("scale", (0.08, 1.0)))
+        self.ratio = checked_range("ratio", ratio, "0 < min <= max",
+                                   lambda low, high: 0 < low <= high and math.isfinite(high),
+                                   Named("ratio", shown="(3/4, 4/3)"))
+        if not (isinstance(interpolation, str) and interpolation in INTERPOLATIONS):
+            raise ArgumentError("interpolation", interpolation, "not a resampling that crops both one image and a batch",
+                                ["give one of ", ", ".join(map(repr, INTERPOLATIONS)), ", e.g. ",
+                                 Named("interpolation", "bicubic")], usage=True)
         self.interpolation = interpolation
-        self.antialias = bool(antialias)
+        self.antialias = checked_bool("antialias", antialias, "True (low-pass filter when downsampling) or False")
         self.seed = seed
         self.generator = keras.random.SeedGenerator(seed)
 

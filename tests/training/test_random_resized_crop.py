@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_cait.errors import ArgumentError
 from keras_cait.training import RandomResizedCrop
 from keras_cait.training.random_resized_crop import ATTEMPTS
 
@@ -130,3 +131,48 @@ def test_the_box_pick_in_a_tf_data_stream_gives_onednn_nothing_to_complain_of():
                           env={**os.environ, "TF_ENABLE_ONEDNN_OPTS": "1", "TF_CPP_MIN_LOG_LEVEL": "1"})
     assert done.returncode == 0 and done.stdout.split()[-1] == "True", done.stderr[-3000:]
     assert "oneDNN supports" not in done.stderr, done.stderr[-3000:]
+
+
+def _refused(call, argument, line):
+    with pytest.raises(ArgumentError, match=line) as caught:
+        call()
+    assert caught.value.argument == argument
+    assert caught.value.usage
+
+
+@pytest.mark.parametrize("name, value, line", [
+    # int() truncated 24.5 and took '24'; 0 failed only when called, inside Keras
+    ("height", 24.5, r"^height=24\.5: must be a positive integer, the output's height in pixels, not float; "
+                     r"e\.g\. height=224$"),
+    ("width", "24", r"^width='24': must be a positive integer, the output's width in pixels, not str; "
+                    r"e\.g\. width=224$"),
+    ("height", 0, r"^height=0: must be a positive integer, the output's height in pixels; e\.g\. height=224$"),
+    # a TypeError ('float' object is not subscriptable), an IndexError, a third bound ignored
+    ("scale", 0.5, r"^scale=0\.5: must be a pair \(min, max\) of numbers with 0 < min <= max <= 1; "
+                   r"e\.g\. scale=\(0\.08, 1\.0\)$"),
+    ("scale", (0.5,), r"^scale=\(0\.5,\): must be a pair"),
+    ("scale", (0.1, 0.5, 1.0), r"^scale=\(0\.1, 0\.5, 1\.0\): must be a pair"),
+    ("scale", ("0.1", "1"), r"^scale=\('0\.1', '1'\): must be a pair"),
+    ("ratio", 1.0, r"^ratio=1\.0: must be a pair \(min, max\) of numbers with 0 < min <= max; "
+                   r"e\.g\. ratio=\(3/4, 4/3\)$"),
+    ("ratio", (0.75, float("inf")), r"^ratio=\(0\.75, inf\): must be a pair"),
+    # failed only when called, as Keras' resize or scale_and_translate refused it
+    ("interpolation", "cubic", r"^interpolation='cubic': not a resampling that crops both one image and a batch; "
+                               r"give one of 'bicubic', 'bilinear', 'lanczos3', 'lanczos5', "
+                               r"e\.g\. interpolation='bicubic'$"),
+    ("interpolation", "nearest", r"^interpolation='nearest': not a resampling"),  # a batch of 2 failed
+    # bool('no') is True
+    ("antialias", "no", r"^antialias='no': must be True \(low-pass filter when downsampling\) or False, not str$"),
+])
+def test_a_bad_argument_is_refused_by_its_name_when_the_layer_is_made(name, value, line):
+    _refused(lambda: RandomResizedCrop(**{"height": 24, "width": 24, name: value}), name, line)
+
+
+def test_numpy_sizes_and_bounds_and_every_allowed_interpolation_still_work():
+    layer = RandomResizedCrop(np.int64(24), np.int32(20), scale=[np.float32(0.25), 1], ratio=(np.float64(0.5), 2))
+    assert (layer.height, layer.width, layer.scale, layer.ratio) == (24, 20, (0.25, 1.0), (0.5, 2.0))
+    assert type(layer.height) is int
+    images = np.zeros((2, 40, 50, 3), "float32")
+    for interpolation in ("bicubic", "bilinear", "lanczos3", "lanczos5"):
+        layer = RandomResizedCrop(16, 16, interpolation=interpolation, antialias=np.bool_(False))
+        assert layer(images).shape == (2, 16, 16, 3) and layer(images[:1]).shape == (1, 16, 16, 3)
