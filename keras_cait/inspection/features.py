@@ -164,6 +164,8 @@ def forward_intermediates(
     """
     check_model_object(model, "forward_intermediates")
     output_format = _checked_output_format(output_format)
+    intermediates_only = checked_bool("intermediates_only", intermediates_only,
+                                      "True (the features alone) or False (the model's output and the features)")
     cached = _INTERMEDIATE_MODELS.setdefault(model, {})
     key = (repr(indices), norm, output_format, intermediates_only)
     if key not in cached:

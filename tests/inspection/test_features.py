@@ -161,3 +161,15 @@ def test_images_forward_intermediates_cannot_take_are_refused_by_the_model_s_own
         forward_intermediates(model, np.zeros((1, 64, 64, 3)))
     final, features = forward_intermediates(model, [np.zeros((32, 32, 3))], indices=1)  # a list is an array
     assert [tuple(x.shape) for x in features] == [(1, 4, 64)]
+
+
+@pytest.mark.parametrize("intermediates_only", ["no", None, 2])
+def test_intermediates_only_that_is_no_bool_is_refused_naming_it(tiny_cait, intermediates_only):
+    # Before: 'no' (truthy) returned the features alone, silently; None returned both.
+    from keras_cait.errors import ArgumentError
+
+    with pytest.raises(ArgumentError) as raised:
+        forward_intermediates(tiny_cait(), np.zeros((1, 32, 32, 3)), intermediates_only=intermediates_only)
+    assert raised.value.argument == "intermediates_only"
+    assert str(raised.value) == (f"intermediates_only={intermediates_only!r}: must be True (the features alone) or "
+                                 f"False (the model's output and the features), not {type(intermediates_only).__name__}")
