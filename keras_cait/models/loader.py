@@ -30,7 +30,7 @@ import keras
 
 from keras_cait.errors import ArgumentError, Named, checked_bool, quietly_caused
 from keras_cait.layers import PatchEmbedding
-from keras_cait.models.architecture import POOLING_MODES, CaiTModel, checked_classes, checked_drop_path_rate
+from keras_cait.models.architecture import HEAD_NAME, POOLING_MODES, CaiTModel, checked_classes, checked_drop_path_rate
 from keras_cait.models.blocks import ClassAttentionBlock
 from keras_cait.models.class_names import class_count
 from keras_cait.models.inputs import checked_image_size
@@ -70,7 +70,8 @@ def load_classifier(model, *, weights="imagenet", image_size=None, include_top=T
         classes: the classes of the head. Default: the checkpoint's 1000 for a name, the
             model's own for a file or a model. Another number puts a new head of that many
             classes on the pooled features (`with_new_head`), e.g. to fine-tune.
-        classifier_activation: of the head of a name, or of a new head; None gives logits.
+        classifier_activation: of the head of a name, or of a new head; None gives logits. A file's
+            or a model's own head keeps its activation: another is refused.
         dtype: the dtype policy it computes in ("float32", "mixed_bfloat16", a
             `keras.DTypePolicy`); None: the global policy for a name, its own for a file or a model.
         drop_path_rate: the stochastic-depth rate of its self-attention blocks, for training;
@@ -226,11 +227,30 @@ def _adapted(loaded, model, image_size, include_top, pooling, classes, activatio
         raise ArgumentError("model", value, f"outputs {tuple(adapted.outputs[0].shape)}, not class scores "
                             "(batch, classes)", ["give a classifier, or ", Named("include_top", False),
                             " for its features"], shown=shown)
+    _check_own_activation(adapted, activation)
     if pooling is not None and pooled_features(adapted).name != f"{pooling}_pool":
         raise ArgumentError("pooling", pooling, f"the model's head reads its {pooled_features(adapted).name}",
                             ["leave ", Named("pooling"), " out"], usage=True)
     return adapted if isinstance(adapted, CaiTModel) else CaiTModel(adapted.inputs, adapted.outputs,
                                                                     name=adapted.name)
+
+
+def _check_own_activation(model, activation):
+    """`classifier_activation` of a file or a model kept with its own head: the default, or the head's own
+    activation; another (None for logits) was ignored, the head's applied. An `ArgumentError` naming it."""
+    if activation == "softmax" or HEAD_NAME not in [layer.name for layer in model.layers]:
+        return
+    try:
+        wanted = keras.activations.get(activation)
+    except (ValueError, TypeError) as error:
+        raise quietly_caused(ArgumentError("classifier_activation", activation, "not a Keras activation",
+                                           "e.g. 'softmax', or None for logits", usage=True), error) from None
+    own = model.get_layer(HEAD_NAME).activation
+    if wanted is not own:
+        raise ArgumentError("classifier_activation", activation, f"applies to a variant name or a new head; the "
+                            f"model's head keeps its own activation {getattr(own, '__name__', own)!r}",
+                            ["leave ", Named("classifier_activation"), " out, or give ", Named("classes"),
+                             " for a new head"], usage=True)
 
 
 def _features(model, pooling, value, shown):

@@ -131,6 +131,32 @@ def test_a_setting_a_file_cannot_take_is_refused_naming_it(saved, options, argum
     assert refused.value.argument == argument and str(refused.value).startswith(f"{argument}=")
 
 
+@pytest.mark.parametrize("activation, line", [
+    # ignored: the file's softmax applied, where logits were asked for
+    (None, r"^classifier_activation=None: applies to a variant name or a new head; the model's head keeps its own "
+           r"activation 'softmax'; leave classifier_activation out, or give classes for a new head$"),
+    ("sigmoid", r"^classifier_activation='sigmoid': applies to a variant name or a new head"),
+    ("softmaxx", r"^classifier_activation='softmaxx': not a Keras activation; e\.g\. 'softmax', or None for logits$"),
+])
+def test_an_activation_a_file_s_own_head_would_ignore_is_refused_naming_it(saved, activation, line):
+    path, model = saved
+    for given in (path, model):
+        with pytest.raises(ArgumentError, match=line) as refused:
+            load_classifier(given, classifier_activation=activation)
+        assert refused.value.argument == "classifier_activation" and refused.value.usage
+
+
+def test_an_activation_that_is_the_head_s_own_or_goes_on_a_new_head_is_taken(tiny_cait, saved):
+    path, model = saved
+    assert load_classifier(path, classifier_activation="softmax").output_shape == (None, 10)
+    logits = tiny_cait(classes=10, classifier_activation=None)
+    assert load_classifier(logits, classifier_activation=None) is not None
+    assert load_classifier(logits, classifier_activation="linear") is not None
+    assert load_classifier(logits).output_shape == (None, 10)  # the default leaves its head alone
+    tuned = load_classifier(path, classes=3, classifier_activation=None)
+    assert tuned.get_layer("predictions").activation is keras.activations.linear
+
+
 def test_another_class_count_puts_a_new_head_on_the_file_s_features(saved):
     path, model = saved
 
