@@ -340,7 +340,7 @@ def target_size(image_size):
     anything else (a side that is no positive integer) an `ArgumentError` naming `image_size`."""
     sides = (image_size, image_size) if np.ndim(image_size) == 0 else tuple(image_size)
     if len(sides) != 2 or not all(isinstance(side, numbers.Real) and not isinstance(side, bool) and side > 0
-                                  and side == int(side) for side in sides):
+                                  and math.isfinite(side) and side == int(side) for side in sides):
         raise ArgumentError("image_size", image_size, "must be a positive integer or a (height, width) pair of them",
                             ["e.g. ", Named("image_size", 224)], usage=True)
     return int(sides[0]), int(sides[1])
@@ -410,6 +410,7 @@ def evaluation_transform(image, image_size, crop_pct=1.0):
     Returns the resized and centre-cropped image, rounded and clipped to 0..255.
     """
     target_height, target_width = target_size(image_size)
+    image = _checked_image(image)
     shape = tf.shape(image)
     resized_height, resized_width, top, left = crop_geometry(shape[0], shape[1], image_size, crop_pct)
     # The scale as tf.image.resize computes it, so the window is its pixels.
@@ -425,6 +426,29 @@ def evaluation_transform(image, image_size, crop_pct=1.0):
     window = tf.clip_by_value(tf.round(window), 0.0, 255.0)
     window.set_shape([target_height, target_width, 3])
     return window
+
+
+def _checked_image(image):
+    """`image` of `evaluation_transform` as a tensor, after checking what its static shape says (a graph's
+    unknown sides pass): RGB pixels `(h, w, 3)`; a grey `(h, w)` or RGBA image, a batch or a path is an
+    `ArgumentError` naming `image`, not ScaleAndTranslate's "input must be 4-dimensional"."""
+    if isinstance(image, (str, bytes, os.PathLike)):
+        raise ArgumentError("image", image, "evaluation_transform takes decoded pixels, not a path",
+                            "read a file with keras_cait.images.evaluation_transform.load_image(path, image_size)",
+                            usage=True)
+    kind = type(image).__name__
+    image = image if tf.is_tensor(image) else tf.convert_to_tensor(np.asarray(image))
+    shape = image.shape
+    shown = f"<{kind} of {image.dtype.name} and shape {tuple(shape) if shape.rank is not None else 'unknown'}>"
+    if image.dtype in (tf.string, tf.bool) or (
+            shape.rank is not None and (shape.rank != 3 or shape[-1] not in (None, 3))):
+        raise ArgumentError("image", image, "must be RGB pixels, numbers of shape (height, width, 3)",
+                            "convert a grey or RGBA image to RGB first (PIL: image.convert('RGB')), and "
+                            "transform a batch one image at a time", usage=True, shown=shown)
+    if shape.rank is not None and 0 in shape[:2]:
+        raise ArgumentError("image", image, "has no pixels", "give an image of at least 1x1 pixels", usage=True,
+                            shown=shown)
+    return image
 
 
 def check_image_path(path):

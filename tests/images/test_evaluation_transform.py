@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
+from keras_cait.errors import ArgumentError
 from keras_cait.images.evaluation_transform import (
     IMAGE_FORMATS,
     MAX_PIXELS,
@@ -199,6 +200,44 @@ def test_load_image_given_no_path_or_a_crop_pct_of_another_type_names_the_argume
         with pytest.raises(ValueError, match=rf"^crop_pct={re.escape(repr(crop_pct))}: must be a number in \(0, 1\], "
                                              rf"not {type(crop_pct).__name__}; e.g. crop_pct=1.0 \(CaiT\)"):
             load_image(tmp_path / "photo.png", 32, crop_pct)  # was TypeError: '<' not supported
+
+
+@pytest.mark.parametrize("image, shown", [
+    (np.zeros((30, 40), "uint8"), "<ndarray of uint8 and shape (30, 40)>"),  # a grey PIL image's np.asarray
+    (np.zeros((30, 40, 4), "uint8"), "<ndarray of uint8 and shape (30, 40, 4)>"),  # an RGBA PNG's
+    (np.zeros((2, 30, 40, 3), "float32"), "<ndarray of float32 and shape (2, 30, 40, 3)>"),  # a batch
+])
+def test_evaluation_transform_names_an_image_that_is_no_rgb_pixels(image, shown):
+    """Were ScaleAndTranslate's `input must be 4-dimensional[1,30,40]` or set_shape's `Tensor's shape
+    (32, 32, 4) is not compatible with supplied shape (32, 32, 3)`."""
+    with pytest.raises(ArgumentError, match=rf"^image={re.escape(shown)}: must be RGB pixels, numbers of shape "
+                                            r"\(height, width, 3\); convert a grey or RGBA image to RGB first") as caught:
+        evaluation_transform(image, 32)
+    assert caught.value.argument == "image" and caught.value.usage
+
+
+def test_evaluation_transform_names_a_path_an_empty_image_and_an_infinite_size():
+    for call, argument, line in [
+        (lambda: evaluation_transform("cat.jpg", 32), "image",  # was StridedSlice's `slice index 0 ... out of bounds`
+         r"^image='cat\.jpg': evaluation_transform takes decoded pixels, not a path; read a file with "),
+        (lambda: evaluation_transform(np.zeros((0, 5, 3), "uint8"), 32), "image",  # was `Integer division by zero`
+         r"^image=<ndarray of uint8 and shape \(0, 5, 3\)>: has no pixels; give an image of at least 1x1 pixels$"),
+        (lambda: crop_geometry(30, 40, float("inf")), "image_size",  # was OverflowError: cannot convert float infinity
+         r"^image_size=inf: must be a positive integer or a \(height, width\) pair of them; e\.g\. image_size=224$"),
+    ]:
+        with pytest.raises(ArgumentError, match=line) as caught:
+            call()
+        assert caught.value.argument == argument
+
+
+def test_evaluation_transform_still_takes_lists_tensors_and_graph_images_of_unknown_size():
+    pixels = np.random.default_rng(0).integers(0, 256, (30, 40, 3)).astype("uint8")
+    expected = evaluation_transform(pixels, 32).numpy()
+    np.testing.assert_array_equal(evaluation_transform(pixels.tolist(), 32).numpy(), expected)
+    np.testing.assert_array_equal(evaluation_transform(tf.constant(pixels, tf.float32), 32).numpy(), expected)
+    graph = tf.function(lambda image: evaluation_transform(image, 32),
+                        input_signature=[tf.TensorSpec([None, None, None], tf.uint8)])
+    np.testing.assert_array_equal(graph(pixels).numpy(), expected)
 
 
 def test_load_image_refuses_a_missing_file_and_a_bad_size_before_tensorflow_reads_anything(tmp_path):
