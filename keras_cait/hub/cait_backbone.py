@@ -1,11 +1,31 @@
 """`CaiTBackbone`: the CaiT of `keras_cait.models.build_cait` as a keras-hub Backbone."""
 
+import difflib
+import inspect
+
 import keras
 import keras_hub
 
+from keras_cait.errors import ArgumentError
 from keras_cait.hub import presets
 from keras_cait.models.architecture import build_cait
 from keras_cait.models.inputs import channels_last_shape, check_input_shape, checked_input_shape
+
+# What Keras' functional Model takes besides a class's own arguments (keras-hub's Task: `compile`).
+KERAS_OPTIONS = ("name", "trainable")
+
+
+def check_options(cls, options, keras_options=KERAS_OPTIONS):
+    """An `ArgumentError` naming the first of `options` (the `**kwargs` of `cls.__init__`) that is neither
+    an argument of `cls` nor one of `keras_options`: Keras' functional Model drops any other without a
+    word, so `depht=12` (or `image_shape` given to the classifier) would build the default silently."""
+    arguments = [name for name in inspect.signature(cls.__init__).parameters if name not in ("self", "kwargs")]
+    for name, value in options.items():
+        if name not in keras_options:
+            close = difflib.get_close_matches(name, arguments + list(keras_options), n=1)
+            raise ArgumentError(name, value, f"not an argument of {cls.__name__}",
+                                (f"did you mean {close[0]}? " if close else "") +
+                                f"it takes {', '.join(arguments + list(keras_options))}", usage=True)
 
 
 @keras.saving.register_keras_serializable(package="keras_cait")
@@ -51,6 +71,7 @@ class CaiTBackbone(keras_hub.models.Backbone):
         dtype=None,
         **kwargs,
     ):
+        check_options(CaiTBackbone, kwargs)
         image_shape = checked_input_shape(image_shape, "image_shape")
         check_input_shape(channels_last_shape(image_shape), patch_size, "image_shape")
         # === Functional Model ===

@@ -3,9 +3,9 @@
 import keras
 import keras_hub
 
-from keras_cait.errors import ArgumentError
+from keras_cait.errors import ArgumentError, checked_number
 from keras_cait.hub import presets
-from keras_cait.hub.cait_backbone import CaiTBackbone
+from keras_cait.hub.cait_backbone import KERAS_OPTIONS, CaiTBackbone, check_options
 from keras_cait.hub.cait_image_classifier_preprocessor import CaiTImageClassifierPreprocessor
 from keras_cait.models.architecture import checked_classes, classifier_head
 from keras_cait.models.precision import float32_if_mixed
@@ -61,7 +61,9 @@ class CaiTImageClassifier(keras_hub.models.ImageClassifier):
                                 f"{type(backbone).__name__}", "e.g. CaiTBackbone.from_preset('cait_xxs24_224'), or "
                                 "CaiTImageClassifier.from_preset(...) for the whole classifier", usage=True,
                                 shown=f"<{type(backbone).__name__}>")
+        check_options(CaiTImageClassifier, kwargs, (*KERAS_OPTIONS, "compile"))
         num_classes = checked_classes(num_classes, "num_classes")  # not Dense's `units`
+        dropout = checked_number("dropout", dropout, lambda rate: 0 <= rate <= 1, "from 0 to 1", 0.1)  # not Dropout's `rate`
         head_dtype = head_dtype or float32_if_mixed(backbone.dtype_policy)
 
         # === Layers ===

@@ -2,7 +2,9 @@
 
 import keras
 import keras_hub
+import numpy
 
+from keras_cait.errors import ArgumentError, Named
 from keras_cait.hub.cait_backbone import CaiTBackbone
 from keras_cait.hub import presets
 from keras_cait.preprocessing import IMAGENET_MEAN, IMAGENET_STD
@@ -10,6 +12,17 @@ from keras_cait.preprocessing import IMAGENET_MEAN, IMAGENET_STD
 # x / 255 normalised with the ImageNet mean and std, as one multiply and one add.
 SCALE = tuple(1.0 / (255.0 * std) for std in IMAGENET_STD)
 OFFSET = tuple(-mean / std for mean, std in zip(IMAGENET_MEAN, IMAGENET_STD))
+
+
+def _check_per_channel(argument, value):
+    """`scale` or `offset`: a number, or 3 numbers (one per RGB channel); else an `ArgumentError` naming
+    it here, not a TypeError of `call` on the first batch."""
+    array = numpy.asarray(value) if not isinstance(value, (str, bytes)) else None
+    if array is None or array.dtype.kind not in "iuf" or array.shape not in ((), (3,)) \
+            or not numpy.all(numpy.isfinite(array)):
+        raise ArgumentError(argument, value, "must be a finite number or 3 of them, one per RGB channel",
+                            ["e.g. ", Named("scale", shown="1 / 255"), " and ", Named("offset", 0.0),
+                             " for 0..1 inputs; leave both out for the ImageNet mean and std"], usage=True)
 
 
 def _evaluation_transform(images, image_size, crop_pct):
@@ -75,6 +88,8 @@ class CaiTImageConverter(keras_hub.layers.ImageConverter):
         from keras_cait.images.evaluation_transform import check_crop_pct, target_size
 
         check_crop_pct(crop_pct)
+        _check_per_channel("scale", scale)
+        _check_per_channel("offset", offset)
         super().__init__(image_size=target_size(image_size), scale=scale, offset=offset, **kwargs)
         self.crop_pct = crop_pct
 
@@ -98,4 +113,4 @@ class CaiTImageConverter(keras_hub.layers.ImageConverter):
         """The converter of a released checkpoint (`"cait_s24_384"`), or of any keras-hub preset."""
         if not presets.is_released(preset):
             return super().from_preset(preset, **kwargs)
-        return cls(image_size=presets.image_size(preset), **kwargs)
+        return cls(**{"image_size": presets.image_size(preset), **kwargs})  # image_size= as the backbone's image_shape=

@@ -161,6 +161,64 @@ def test_the_hub_classes_name_their_own_arguments_given_the_wrong_type():
         CaiTImageConverter(image_size="32")
 
 
+def test_an_argument_the_hub_classes_do_not_take_is_refused_not_dropped():
+    # Before: Keras' functional Model dropped every unknown keyword: depht=3 built the default depth,
+    # num_clases=3 a 1000-class head, and from_preset's image_shape= the preset's 224x224 classifier.
+    from keras_cait.errors import ArgumentError
+
+    backbone = CaiTBackbone(image_shape=(TINY_SIZE, TINY_SIZE, 3), **TINY_CAIT)
+    for call, argument, message in [
+        (lambda: CaiTBackbone(image_shape=(TINY_SIZE, TINY_SIZE, 3), depht=3, **TINY_CAIT), "depht",
+         "depht=3: not an argument of CaiTBackbone; did you mean depth? it takes image_shape, embed_dim, depth, "),
+        (lambda: CaiTImageClassifier(backbone, 3, num_clases=5), "num_clases",
+         "num_clases=5: not an argument of CaiTImageClassifier; did you mean num_classes? it takes backbone, "),
+        (lambda: CaiTImageClassifier.from_preset("cait_xxs24_224", load_weights=False, image_shape=(32, 32, 3)),
+         "image_shape", "image_shape=(32, 32, 3): not an argument of CaiTImageClassifier; it takes backbone, "),
+    ]:
+        with pytest.raises(ArgumentError) as caught:
+            call()
+        assert caught.value.argument == argument and str(caught.value).startswith(message)
+    named = CaiTImageClassifier(backbone, 3, name="tuned", trainable=False, compile=False)
+    assert (named.name, named.trainable) == ("tuned", False)
+
+
+@pytest.mark.parametrize("dropout, kind", [("0.1", ", not str"), (None, ", not NoneType"), (1.5, ""), (-0.1, "")])
+def test_a_dropout_that_is_no_rate_is_refused_naming_dropout(dropout, kind):
+    # Before: '0.1' and None were TypeError: '<=' not supported between instances of 'int' and 'str';
+    # 1.5 was Keras' `Invalid value received for argument `rate``, an argument the caller never wrote.
+    from keras_cait.errors import ArgumentError
+
+    backbone = CaiTBackbone(image_shape=(TINY_SIZE, TINY_SIZE, 3), **TINY_CAIT)
+    with pytest.raises(ArgumentError) as caught:
+        CaiTImageClassifier(backbone, 3, dropout=dropout)
+    assert caught.value.argument == "dropout"
+    assert str(caught.value) == f"dropout={dropout!r}: must be a number from 0 to 1{kind}; e.g. dropout=0.1"
+    assert CaiTImageClassifier(backbone, 3, dropout=1).output_dropout.rate == 1
+
+
+@pytest.mark.parametrize("argument, value", [("scale", "x"), ("scale", None), ("offset", (1.0, 2.0)),
+                                             ("offset", ("0", "0", "0")), ("scale", float("nan"))])
+def test_a_scale_or_offset_that_is_no_number_per_channel_is_refused_when_the_converter_is_made(argument, value):
+    # Before: accepted, then a TypeError / InvalidArgumentError of CaiTImageConverter.call() on the first
+    # batch, inside predict's tf.data pipeline.
+    from keras_cait.errors import ArgumentError
+
+    with pytest.raises(ArgumentError) as caught:
+        CaiTImageConverter(image_size=TINY_SIZE, **{argument: value})
+    assert caught.value.argument == argument
+    assert str(caught.value) == (f"{argument}={value!r}: must be a finite number or 3 of them, one per RGB channel; "
+                                 "e.g. scale=1 / 255 and offset=0.0 for 0..1 inputs; leave both out for the ImageNet "
+                                 "mean and std")
+    scaled = CaiTImageConverter(image_size=TINY_SIZE, scale=1 / 255, offset=[0, 0, 0])
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(scaled(np.full((40, 40, 3), 255.0))), 1.0, rtol=1e-6)
+
+
+def test_the_converter_of_a_preset_takes_another_image_size_as_the_backbone_takes_another_image_shape():
+    # Before: TypeError: CaiTImageConverter() got multiple values for keyword argument 'image_size'.
+    assert CaiTImageConverter.from_preset("cait_xxs24_224", image_size=TINY_SIZE).image_size == (TINY_SIZE, TINY_SIZE)
+    assert CaiTImageConverter.from_preset("cait_xxs24_384").image_size == (384, 384)
+
+
 @pytest.fixture(scope="module")
 def fitted(tmp_path_factory, digits):
     """A tiny classifier after `fit` on a folder of digit images (3 classes, 40×40 PNGs)."""
