@@ -390,6 +390,16 @@ def _writable_cache(directory, arch):
             f"{registry.official_pth(arch)}).",
             directory,
         ) from error
+    except (NotADirectoryError, FileExistsError) as error:  # a file where a folder of the path must be
+        home = os.environ.get("KERAS_HOME")
+        raise type(error)(
+            error.errno,
+            f"The weights cache {directory} cannot be made: {error.filename} or a folder above it is a file, "
+            f"not a folder" + (f" (KERAS_HOME={home!r})" if home is not None else "") + ". Set KERAS_HOME to a "
+            f"folder, or pass a local file: weights='/path/to/model.safetensors' (the official "
+            f"{registry.official_pth(arch)}).",
+            directory,
+        ) from error
 
 
 def with_imagenet_checkpoint(arch, max_bytes, load):

@@ -233,6 +233,22 @@ def test_a_read_only_cache_names_keras_home(keras_cache, monkeypatch):
         keras_cait.CaiT_XXS24(weights="imagenet", input_shape=(384, 384, 3))
 
 
+def test_a_keras_home_that_is_a_file_is_named(tmp_path, monkeypatch):
+    # Before: NotADirectoryError: [Errno 20] Not a directory: '<file>/models', naming neither the cache
+    # nor KERAS_HOME.
+    home = tmp_path / "keras_home"
+    home.write_text("")
+    monkeypatch.setenv("KERAS_HOME", str(home))
+    monkeypatch.setenv(HUB_URL_ENV, "http://127.0.0.1:9")
+
+    with pytest.raises(NotADirectoryError) as caught:
+        keras_cait.CaiT_XXS24(weights="imagenet", input_shape=(384, 384, 3))
+    assert str(caught.value).startswith(
+        f"[Errno 20] The weights cache {home}/models/keras_cait cannot be made: {home}/models or a folder above it "
+        f"is a file, not a folder (KERAS_HOME={str(home)!r}). Set KERAS_HOME to a folder, or pass a local file: "
+        "weights='/path/to/model.safetensors'")
+
+
 # ---- Several processes: one download per cache entry, and killed fillers ----
 
 FILL_CACHE = f"""
