@@ -201,8 +201,7 @@ def train_parser(recipe="deit"):
     )
     parser.add_argument("--model", default="S24",
                         help="CaiT variant (XXS24, cait_xxs24 or cait_xxs24_224, any case) or a JSON object of "
-                             'build_cait arguments, e.g. \'{"embed_dim": 192, "depth": 12, '
-                             '"num_heads": 4, "init_values": 1e-5}\'')
+                             f"build_cait arguments, e.g. {JSON_MODEL_EXAMPLE}")
     _add_data_arguments(parser, train=True)
     _add_run_arguments(parser, backup_every=1000)
     _add_teacher_argument(parser)
@@ -269,6 +268,10 @@ def check_arguments(command, args):
                    "class name per line.")
 
 
+# train --model as a JSON object of build_cait's arguments (keras_cait.training.run_models.check_architecture).
+JSON_MODEL_EXAMPLE = '\'{"embed_dim": 192, "depth": 12, "num_heads": 4, "init_values": 1e-5}\''
+
+
 def _check_model(args):
     """train builds a variant or a JSON architecture; finetune and evaluate take a variant or a
     .keras model (they have --weights)."""
@@ -277,10 +280,10 @@ def _check_model(args):
         try:
             arguments = json.loads(args.model)
         except json.JSONDecodeError as error:
-            raise usage(f"--model {args.model}: not valid JSON ({error}); e.g. "
-                        '\'{"embed_dim": 192, "depth": 12, "num_heads": 4}\'.') from error
+            raise usage(f"--model {args.model}: not valid JSON ({error}); e.g. {JSON_MODEL_EXAMPLE}.") from error
         if not isinstance(arguments, dict):
-            raise usage(f"--model {args.model}: a JSON object of build_cait arguments is expected.")
+            raise usage(f"--model {args.model}: a JSON object of build_cait arguments is expected; e.g. "
+                        f"{JSON_MODEL_EXAMPLE}.")
     elif args.model.endswith(".keras") and saved_models:
         if not os.path.isfile(args.model):
             raise fail(f"--model {args.model!r}: no such file (a .keras model or a CaiT variant).")

@@ -12,6 +12,8 @@ The pieces live beside it: `blocks` (the two blocks), `precision` (which layers 
 a mixed policy), `inputs` (the input shape and the image check), `class_names` (a classifier's names).
 """
 
+import inspect
+import math
 import numbers
 
 import keras
@@ -19,7 +21,7 @@ import numpy as np
 from keras import ops
 
 from keras_cait.deprecation import moved_names
-from keras_cait.errors import ArgumentError, checked_bool, checked_count, quietly_caused
+from keras_cait.errors import ArgumentError, Named, checked_bool, checked_count, checked_number, quietly_caused
 from keras_cait.layers import ClassToken, PatchEmbedding, PositionEmbedding
 from keras_cait.layers.initializers import linear_kernel
 from keras_cait.models import blocks
@@ -187,6 +189,36 @@ def checked_drop_path_rate(drop_path_rate, argument="drop_path_rate"):
     return float(drop_path_rate)
 
 
+# build_cait's numbers of the architecture, which `checked_architecture` checks.
+ARCHITECTURE_NUMBERS = ("embed_dim", "depth", "num_heads", "patch_size", "mlp_ratio", "init_values",
+                        "class_attention_depth")
+
+
+def checked_architecture(*, embed_dim, depth, num_heads, init_values, patch_size=16, mlp_ratio=4.0,
+                         class_attention_depth=2):
+    """build_cait's architecture numbers as a dict of Python ints and floats, or an `ArgumentError`
+    naming the first that cannot build a CaiT (a str from a JSON config, a fraction of a block, 0 heads)."""
+    return dict(zip(ARCHITECTURE_NUMBERS, _checked_sizes(embed_dim, depth, num_heads, patch_size, mlp_ratio, init_values,
+                                          class_attention_depth)))
+
+
+def _checked_sizes(embed_dim, depth, num_heads, patch_size, mlp_ratio, init_values, class_attention_depth):
+    """`checked_architecture`'s numbers in this order (build_cait's local names)."""
+    embed_dim = checked_count("embed_dim", embed_dim, 192, note=", the width of the tokens")
+    depth = checked_count("depth", depth, 24, minimum=0, note=", the self-attention blocks")
+    num_heads = checked_count("num_heads", num_heads, 4)
+    if embed_dim % num_heads:
+        divisors = [heads for heads in range(1, min(embed_dim, 16) + 1) if embed_dim % heads == 0]
+        raise ArgumentError("num_heads", num_heads, ["must divide ", Named("embed_dim", embed_dim),
+                            " into heads of equal width"], f"e.g. one of {', '.join(map(str, divisors))}", usage=True)
+    patch_size = checked_count("patch_size", patch_size, 16)
+    class_attention_depth = checked_count("class_attention_depth", class_attention_depth, 2, minimum=0)
+    mlp_ratio = float(checked_number("mlp_ratio", mlp_ratio, lambda ratio: 0 < ratio < math.inf, "above 0", 4.0))
+    init_values = float(checked_number("init_values", init_values, lambda value: 0 <= value < math.inf,
+                                       "of at least 0, LayerScale's first gamma", 1e-5))
+    return embed_dim, depth, num_heads, patch_size, mlp_ratio, init_values, class_attention_depth
+
+
 def build_cait(
     *,
     embed_dim,
@@ -229,6 +261,8 @@ def build_cait(
                                          "True (it normalises 0..255 RGB itself) or False")
     if include_top:
         classes = checked_classes(classes)
+    embed_dim, depth, num_heads, patch_size, mlp_ratio, init_values, class_attention_depth = _checked_sizes(
+        embed_dim, depth, num_heads, patch_size, mlp_ratio, init_values, class_attention_depth)
     drop_path_rate = checked_drop_path_rate(drop_path_rate)
     input_shape = image_inputs.checked_input_shape(input_shape)
     if input_shape is None and input_tensor is None:
@@ -317,3 +351,7 @@ def build_cait(
 
 
 __getattr__ = moved_names(__name__)  # the blocks, dtype policies, image checks and class names, moved
+
+
+# The arguments build_cait takes, by name (read once: a wrapper put around build_cait later keeps them).
+BUILD_CAIT_ARGUMENTS = tuple(inspect.signature(build_cait).parameters)

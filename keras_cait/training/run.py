@@ -202,7 +202,9 @@ def train(model, data, output_dir, *, recipe=None, val_data=None, class_names=No
     Returns:
         a `RunResult`: the model (final weights, class names attached) and the summary.
     """
-    if not isinstance(model, dict):  # a variant name (or a model), checked before anything is read
+    if isinstance(model, dict):  # build_cait's arguments, or a variant name (or a model), checked first
+        run_models.check_architecture(model)
+    else:
         run_models.check_model(model)
     run_data.check_data("data", data)
     if val_data is not None:

@@ -5,9 +5,15 @@ import os
 
 import keras
 
-from keras_cait.errors import Named, listed, quietly_caused
+from keras_cait.errors import ArgumentError, Named, listed, quietly_caused
 from keras_cait.models import loader
-from keras_cait.models.architecture import build_cait, with_class_names
+from keras_cait.models.architecture import (
+    ARCHITECTURE_NUMBERS,
+    BUILD_CAIT_ARGUMENTS,
+    build_cait,
+    checked_architecture,
+    with_class_names,
+)
 from keras_cait.models.class_names import class_count
 from keras_cait.models.loader import image_side, is_keras_file, load_classifier, read_keras_file
 from keras_cait.training import transfer
@@ -92,6 +98,36 @@ def fitted(model, recipe, teacher):
     softmax = getattr(teacher.layers[-1], "activation", None) is keras.activations.softmax
     return Distiller(model, teacher, recipe.distillation_type, recipe.distillation_alpha,
                      recipe.distillation_tau, teacher_from_logits=not softmax)
+
+
+# What a run gives build_cait itself, from its other arguments: not to be given in a dict `model`.
+RUN_BUILD_ARGUMENTS = ("input_shape", "classes", "drop_path_rate", "dtype")
+
+
+def check_architecture(model):
+    """A dict `model` of `build_cait` arguments, checked before anything is read: its keys (those
+    build_cait takes, those it needs, not those the run gives) and its numbers; a `RunError` naming `model`."""
+    taken = [name for name in BUILD_CAIT_ARGUMENTS if name not in RUN_BUILD_ARGUMENTS]
+    run_own = [name for name in model if name in RUN_BUILD_ARGUMENTS]
+    if run_own:
+        raise RunError("model", model, f"gives {listed(run_own)}, which the run sets itself (from image_size, "
+                       "the data's classes, the recipe's drop_path and precision)",
+                       f"leave {listed(run_own)} out of it", usage=True)
+    unknown = [name for name in model if name not in taken]
+    if unknown:
+        raise RunError("model", model, f"gives {listed(unknown)}, not {'an argument' if len(unknown) == 1 else 'arguments'}"
+                       " of build_cait", f"it takes {listed(taken, len(taken))}", usage=True)
+    missing = [name for name in ("embed_dim", "depth", "num_heads", "init_values") if name not in model]
+    if missing:
+        raise RunError("model", model, f"gives no {' or '.join(missing)}, which build_cait needs",
+                       ["e.g. ", Named("model", {"embed_dim": 192, "depth": 12, "num_heads": 4, "init_values": 1e-5}),
+                        " (init_values, LayerScale's first gamma: 1e-5 up to 24 blocks, 1e-6 deeper)"], usage=True)
+    sizes = {name: value for name, value in model.items() if name in ARCHITECTURE_NUMBERS}
+    try:
+        checked_architecture(**sizes)
+    except ArgumentError as error:  # an argument inside the dict: the run was given `model`, not that argument
+        raise quietly_caused(RunError("model", model, f"build_cait's {error.render()}", usage=error.usage),
+                             error) from None
 
 
 def check_model(model):

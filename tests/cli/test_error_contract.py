@@ -152,9 +152,22 @@ ROWS = {
     "train/epochs-within-warmup": row(TRAIN + " --epochs 4", USAGE, "--warmup-epochs 5", "--epochs 4"),
     "train/batch-size-0": row(TRAIN + " --batch-size 0", USAGE, "--batch-size 0"),
     "train/image-size-not-patches": row(TRAIN + " --image-size 30", USAGE, "--image-size 30", "--image-size 32"),
-    "train/json-patch-size": row(TRAIN + ' --model {"embed_dim":64,"depth":2,"num_heads":4,"patch_size":8}'
+    "train/json-patch-size": row(TRAIN + ' --model {"embed_dim":64,"depth":2,"num_heads":4,"init_values":1e-5,'
+                                 '"patch_size":8}'
                                  " --image-size 36", USAGE, "--image-size 36", "patch size 8"),
     "train/unknown-variant": row(TRAIN + " --model ZZ99", USAGE, "--model", "'ZZ99'", "S24", "JSON"),
+    "train/json-model-without-init-values": row(TRAIN + ' --model {"embed_dim":64,"depth":2,"num_heads":4}', USAGE,
+                                                '--model {"embed_dim":64,"depth":2,"num_heads":4}', "init_values",
+                                                '"init_values":1e-05'),
+    "train/json-model-heads-not-dividing": row(TRAIN + ' --model {"embed_dim":64,"depth":2,"num_heads":5,'
+                                               '"init_values":1e-5}', USAGE, "--model", "build_cait's num_heads=5",
+                                               "embed_dim=64"),
+    "train/json-model-misspelt-argument": row(TRAIN + ' --model {"embed_dim":64,"depht":2,"num_heads":4,'
+                                              '"init_values":1e-5}', USAGE, "--model", "depht, not an argument of "
+                                              "build_cait", "depth"),
+    "train/json-model-run-argument": row(TRAIN + ' --model {"embed_dim":64,"depth":2,"num_heads":4,'
+                                         '"init_values":1e-5,"classes":3}', USAGE, "--model", "gives classes, which "
+                                         "the run sets itself"),
     "train/model-not-json": row(TRAIN + " --model {embed_dim", USAGE, "--model {embed_dim", "JSON"),
     "train/output-dir-is-a-file": row("train --data {digits} --output-dir {afile}", FAILURE,
                                       "--output-dir {afile}", "not a folder"),

@@ -547,6 +547,36 @@ def test_a_constructor_refuses_a_drop_path_rate_outside_0_to_1_naming_it(rate, l
     assert str(refused.value) == line
 
 
+@pytest.mark.parametrize("size, line", [
+    (dict(num_heads=0), "num_heads=0: must be a positive integer; e.g. num_heads=4"),
+    (dict(num_heads=5), "num_heads=5: must divide embed_dim=32 into heads of equal width; e.g. one of 1, 2, 4, 8, 16"),
+    (dict(depth="2"), "depth='2': must be a non-negative integer, the self-attention blocks, not str; e.g. depth=24"),
+    (dict(depth=2.5), "depth=2.5: must be a non-negative integer, the self-attention blocks, not float; e.g. depth=24"),
+    (dict(embed_dim=None), "embed_dim=None: must be a positive integer, the width of the tokens, not NoneType; "
+                           "e.g. embed_dim=192"),
+    (dict(patch_size=0), "patch_size=0: must be a positive integer; e.g. patch_size=16"),
+    (dict(class_attention_depth=-1), "class_attention_depth=-1: must be a non-negative integer; "
+                                     "e.g. class_attention_depth=2"),
+    (dict(mlp_ratio="4"), "mlp_ratio='4': must be a number above 0, not str; e.g. mlp_ratio=4.0"),
+    (dict(mlp_ratio=float("nan")), "mlp_ratio=nan: must be a number above 0; e.g. mlp_ratio=4.0"),
+    (dict(init_values=-1e-5), "init_values=-1e-05: must be a number of at least 0, LayerScale's first gamma; "
+                              "e.g. init_values=1e-05"),
+])
+def test_the_builder_refuses_an_architecture_number_that_builds_no_cait_naming_it(size, line):
+    """A JSON config's str, a fraction of a block or 0 heads used to end in a bare ZeroDivisionError or
+    TypeError inside a layer, or (mlp_ratio='4', init_values='1e-5') to be taken."""
+    from keras_cait.errors import ArgumentError
+    from keras_cait.models.architecture import build_cait
+
+    arguments = dict(embed_dim=32, depth=1, num_heads=2, init_values=1e-5, input_shape=(32, 32, 3), classes=3)
+    with pytest.raises(ArgumentError) as refused:
+        build_cait(**{**arguments, **size})
+    assert (refused.value.argument, refused.value.usage) == (next(iter(size)), True)
+    assert str(refused.value) == line
+    model = build_cait(**{**arguments, "depth": np.int64(1), "mlp_ratio": np.float32(2), "class_attention_depth": 0})
+    assert model.get_layer("self_attention_block_0").mlp_ratio == 2.0
+
+
 @pytest.mark.parametrize("input_shape, line", [
     (32, "input_shape=32: must be (height, width, channels), a tuple of ints, not int; e.g. input_shape=(224, 224, 3)"),
     ("32", "input_shape='32': must be (height, width, channels), a tuple of ints, not str; "
