@@ -16,6 +16,7 @@ from keras_cait.errors import ArgumentError, Named, checked_bool, checked_count,
 from keras_cait.preprocessing import IMAGENET_MEAN, IMAGENET_STD
 from keras_cait.training.mixup_cutmix import MixupCutmix
 from keras_cait.training.rand_augment import RandAugment
+from keras_cait.training import random_resized_crop
 from keras_cait.training.random_resized_crop import RandomResizedCrop
 from keras_cait.training.knobs import DEIT
 
@@ -141,17 +142,8 @@ class Augmentation:
             "horizontal_flip", self.horizontal_flip, "True (flip half of the images) or False"))
         # Checked here rather than by `crop()` when the stream starts: scale=0.5 failed there on a
         # subscript, and (1.0, 0.08) as a ValueError far from the Augmentation that held it.
-        for name, bounds, fits, example in (
-                ("scale", "0 < min <= max <= 1", lambda low, high: 0 < low <= high <= 1, (0.08, 1.0)),
-                ("ratio", "0 < min <= max", lambda low, high: 0 < low <= high and math.isfinite(high),
-                 Named("ratio", shown="(3/4, 4/3)"))):
-            value = getattr(self, name)
-            pair = isinstance(value, (tuple, list)) and len(value) == 2 and all(
-                not isinstance(bound, bool) and isinstance(bound, numbers.Real) for bound in value)
-            if not (pair and fits(*value)):
-                raise ArgumentError(name, value, f"must be a pair (min, max) of numbers with {bounds}",
-                                    ["e.g. ", example if isinstance(example, Named) else Named(name, example)],
-                                    usage=True)
+        random_resized_crop.checked_scale(self.scale)
+        random_resized_crop.checked_ratio(self.ratio)
         for name, low, high, closed, example in _NUMBER_RANGES:
             value = getattr(self, name)
             within = f"in [{low}, {high}{']' if closed else ')'}" if high is not None else f"of at least {low}"

@@ -33,6 +33,18 @@ def checked_range(argument, value, bounds, fits, example):
     return tuple(float(bound) for bound in value)
 
 
+def checked_scale(scale):
+    """The crop's area range as a fraction of the image's, (min, max) with 0 < min <= max <= 1."""
+    return checked_range("scale", scale, "0 < min <= max <= 1", lambda low, high: 0 < low <= high <= 1,
+                         Named("scale", (0.08, 1.0)))
+
+
+def checked_ratio(ratio):
+    """The crop's aspect ratio range, (min, max) with 0 < min <= max, both finite."""
+    return checked_range("ratio", ratio, "0 < min <= max", lambda low, high: 0 < low <= high and math.isfinite(high),
+                         Named("ratio", shown="(3/4, 4/3)"))
+
+
 def crop_boxes(uniforms, image_height, image_width, scale, ratio, ops=keras.ops):
     """Turns uniform draws into crop boxes (torchvision's `RandomResizedCrop.get_params`).
 
@@ -172,11 +184,8 @@ class RandomResizedCrop(keras.layers.Layer):
         # subscript, a third bound was ignored; an unknown interpolation failed only when called.
         self.height = checked_count("height", height, 224, note=", the output's height in pixels")
         self.width = checked_count("width", width, 224, note=", the output's width in pixels")
-        self.scale = checked_range("scale", scale, "0 < min <= max <= 1", lambda low, high: 0 < low <= high <= 1,
-                                   Named("scale", (0.08, 1.0)))
-        self.ratio = checked_range("ratio", ratio, "0 < min <= max",
-                                   lambda low, high: 0 < low <= high and math.isfinite(high),
-                                   Named("ratio", shown="(3/4, 4/3)"))
+        self.scale = checked_scale(scale)
+        self.ratio = checked_ratio(ratio)
         if not (isinstance(interpolation, str) and interpolation in INTERPOLATIONS):
             raise ArgumentError("interpolation", interpolation, "not a resampling that crops both one image and a batch",
                                 ["give one of ", ", ".join(map(repr, INTERPOLATIONS)), ", e.g. ",
