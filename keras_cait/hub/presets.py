@@ -31,7 +31,11 @@ def is_released(preset):
         return False
     if preset in CHECKPOINTS:
         return True
-    if preset.startswith("cait_"):
+    spelled = preset.strip().lower().replace("-", "_")  # 'CAIT_S24_224', 'cait-s24-224'
+    if spelled in CHECKPOINTS:
+        raise ArgumentError("preset", preset, "no such preset: presets are named in lower case with underscores",
+                            f"did you mean {spelled!r}?", usage=True)
+    if spelled.startswith("cait"):
         raise ArgumentError("preset", preset, "no such CaiT checkpoint",
                             f"the released ones are {', '.join(PRESETS)}; or pass a preset folder (save_to_preset) "
                             "or an hf:// handle", usage=True)

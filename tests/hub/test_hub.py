@@ -282,6 +282,20 @@ def test_upload_preset_sends_a_folder_that_loads_back(fitted, tmp_path, monkeypa
 def test_an_unknown_cait_preset_lists_the_released_ones():
     with pytest.raises(ValueError, match=r"preset='cait_s24_999': no such CaiT checkpoint; .*cait_s24_224"):
         CaiTImageClassifier.from_preset("cait_s24_999")
+    with pytest.raises(ValueError, match=r"^preset='CAIT_S99': no such CaiT checkpoint; the released ones are "):
+        CaiTBackbone.from_preset("CAIT_S99")
+
+
+@pytest.mark.parametrize("preset", ["CAIT_S24_224", "cait-s24-224", " Cait_S24_224"])
+def test_a_released_preset_spelled_otherwise_is_refused_with_its_name(preset):
+    """They fell through to keras-hub's own unknown-preset error, which lists none of CaiT's."""
+    from keras_cait.errors import ArgumentError
+
+    for make in (CaiTBackbone.from_preset, CaiTImageClassifier.from_preset):
+        with pytest.raises(ArgumentError, match=rf"^preset={preset!r}: no such preset: presets are named in lower "
+                           r"case with underscores; did you mean 'cait_s24_224'\?$") as refused:
+            make(preset)
+        assert refused.value.argument == "preset"
 
 
 def test_keras_cait_hub_without_keras_hub_names_the_extra(monkeypatch):
