@@ -94,12 +94,17 @@ def set_backbone_trainable(model, trainable):
     """
     check_model_object(model, "set_backbone_trainable")
     trainable = checked_bool("trainable", trainable, "True (unfreeze) or False (freeze)")
-    if HEAD_NAME not in [layer.name for layer in model.layers]:
-        raise ValueError(
-            f"Model '{model.name}' has no '{HEAD_NAME}' head layer; make one with with_new_head()."
-        )
+    check_has_head(model)
     for layer in model.layers:
         layer.trainable = trainable or layer.name == HEAD_NAME
+
+
+def check_has_head(model):
+    """`model` of the calls that train its head (`set_backbone_trainable`, `enable_lora`) has one; else
+    an `ArgumentError` naming `model`."""
+    if HEAD_NAME not in [layer.name for layer in model.layers]:
+        raise ArgumentError("model", model, f"has no head layer '{HEAD_NAME}' to keep training",
+                            "give it one first: with_new_head(model, classes)", usage=True, shown=f"<{model.name}>")
 
 
 def at_resolution(model, image_size):
@@ -115,11 +120,9 @@ def at_resolution(model, image_size):
     )
     image_size = checked_image_size(image_size, patch_size)
     if any(weight.path.endswith("/lora_kernel_a") for weight in model.weights):  # enable_lora's
-        raise ValueError(
-            f"at_resolution({model.name!r}, {image_size}): the model has LoRA weights, which are "
-            "not carried over. Merge them first: at_resolution(merge_lora(model), "
-            f"{image_size}), then enable_lora on the result if training goes on."
-        )
+        raise ArgumentError("model", model, "has LoRA weights, which at_resolution does not carry over",
+                            f"merge them first: at_resolution(merge_lora(model), {image_size}), then enable_lora "
+                            "on the result if training goes on", usage=True, shown=f"<{model.name}>")
     grid = image_size // patch_size
     positions = {layer.name for layer in model.layers if isinstance(layer, PositionEmbedding)}
 

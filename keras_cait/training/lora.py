@@ -31,7 +31,7 @@ import keras
 
 from keras_cait.errors import ArgumentError, Named, checked_count
 from keras_cait.models.surgery import (  # noqa: F401  merge_lora: also keras_cait.training.lora's
-    HEAD_NAME, check_model_object, merge_lora,
+    HEAD_NAME, check_has_head, check_model_object, merge_lora,
 )
 
 ATTENTION_PROJECTIONS = ("qkv", "query", "key", "value", "output_projection")
@@ -89,10 +89,7 @@ def enable_lora(model, rank, targets=ATTENTION_PROJECTIONS, alpha=None):
         raise ArgumentError("targets", given, "must be the name of a Dense layer or a list of such names",
                             ["e.g. ", Named("targets", ("qkv", "output_projection")), ", or leave ",
                              Named("targets"), " out for every attention projection"], usage=True)
-    if HEAD_NAME not in [layer.name for layer in model.layers]:
-        raise ValueError(
-            f"Model '{model.name}' has no '{HEAD_NAME}' head layer; make one with with_new_head()."
-        )
+    check_has_head(model)
     if HEAD_NAME in targets:
         raise ValueError(
             f"targets={targets}: the head '{HEAD_NAME}' is trained in full, not through LoRA; "

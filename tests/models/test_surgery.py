@@ -45,7 +45,7 @@ def test_freezing_trains_the_head_only(tiny_cait):
     # Every weight but the pre-softmax head mixes' biases, which the softmax cancels (never trained).
     frozen = [v.path for v in model.weights if not any(v is t for t in model.trainable_weights)]
     assert frozen == [f"self_attention_block_{i}/attention/pre_softmax_head_mix/bias" for i in range(2)]
-    with pytest.raises(ValueError, match="no 'predictions' head"):
+    with pytest.raises(ValueError, match="has no head layer 'predictions'"):
         set_backbone_trainable(keras.Sequential([keras.Input((2,)), keras.layers.Dense(2)]), False)
 
 
@@ -59,6 +59,11 @@ def test_freezing_takes_a_bool_and_a_model_naming_what_it_was_given(tiny_cait, t
     assert [v.path for v in model.trainable_weights] == ["predictions/kernel", "predictions/bias"]
     with pytest.raises(ValueError, match="^model='model.keras': set_backbone_trainable takes a Keras model, not a name"):
         set_backbone_trainable("model.keras", True)
+    headless = tiny_cait(include_top=False, pooling="token")
+    with pytest.raises(ValueError, match=rf"^model=<{headless.name}>: has no head layer 'predictions' to keep "
+                       r"training; give it one first: with_new_head\(model, classes\)$") as refused:
+        set_backbone_trainable(headless, False)
+    assert refused.value.argument == "model" and all(layer.trainable for layer in headless.layers)
 
 
 def _model_takers():
@@ -180,7 +185,7 @@ def test_at_resolution_of_a_lora_model_says_to_merge_first(tiny_cait):
     model = tiny_cait()
     enable_lora(model, rank=2)
 
-    with pytest.raises(ValueError, match=r"has LoRA weights.*at_resolution\(merge_lora\(model\), 64\)"):
+    with pytest.raises(ValueError, match=r"^model=<\w+>: has LoRA weights.*at_resolution\(merge_lora\(model\), 64\)"):
         at_resolution(model, 64)
     assert at_resolution(merge_lora(model), 64).input_shape == (None, 64, 64, 3)
 

@@ -80,7 +80,7 @@ def test_bad_lora_arguments_are_refused_with_the_fix(tiny_cait):
         enable_lora(model(), rank=4, targets=("qkv", "attn"))
     with pytest.raises(ValueError, match="head 'predictions' is trained in full"):
         enable_lora(model(), rank=4, targets=("qkv", "predictions"))
-    with pytest.raises(ValueError, match="no 'predictions' head"):
+    with pytest.raises(ValueError, match="has no head layer 'predictions'"):
         enable_lora(tiny_cait(include_top=False, pooling="token"), rank=4)
     twice = enable_lora(model(), rank=4)
     with pytest.raises(ValueError, match="already has LoRA"):
