@@ -70,7 +70,7 @@ PROBE_SECONDS = 5
 
 def huggingface_hub_or_none():
     """The huggingface_hub module when it is installed and KERAS_CAIT_HUB_URL is not set, else None."""
-    if os.environ.get(registry.HUB_URL_ENV):
+    if registry.hub_url_override():
         return None
     try:
         import huggingface_hub

@@ -39,9 +39,15 @@ CHECKPOINTS = {
 }
 
 
+def hub_url_override():
+    """`KERAS_CAIT_HUB_URL` where it is set to something; None where it is unset, empty or blank (as
+    `KERAS_CAIT_HUB_URL= keras-cait ...` unsets it in a shell)."""
+    return os.environ.get(HUB_URL_ENV, "").strip() or None
+
+
 def checkpoint_url(arch):
     """The download URL of a checkpoint's `model.safetensors`."""
-    base = os.environ.get(HUB_URL_ENV, HUB_URL).rstrip("/")
+    base = (hub_url_override() or HUB_URL).rstrip("/")
     return f"{base}/{arch}.{TAG}/resolve/main/model.safetensors"
 
 

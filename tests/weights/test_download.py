@@ -367,3 +367,18 @@ def test_a_cache_filler_stopped_mid_download_blocks_no_one_and_leaves_nothing_us
     expected, _ = timm_reference.outputs(reference, images)
     timm_reference.assert_matches(logits(model, images), expected, "logits")
     assert cached_files(keras_cache) == [f"{ARCH}.{TAG}.safetensors"]
+
+
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_hub_url_means_the_default_hub(monkeypatch, value):
+    """`KERAS_CAIT_HUB_URL= keras-cait ...` (the shell's way to unset it for one command) used to make the URL
+    '/cait_...', refused as "not http(s)", and to be taken as unset by the Hugging Face route only."""
+    from keras_cait.weights import hf_cache, registry
+
+    monkeypatch.setenv(HUB_URL_ENV, value)
+    assert registry.checkpoint_url("cait_xxs24_224") == (
+        f"{registry.HUB_URL}/cait_xxs24_224.{TAG}/resolve/main/model.safetensors")
+    assert registry.hub_url_override() is None
+    monkeypatch.setenv(HUB_URL_ENV, " http://127.0.0.1:9/ ")
+    assert registry.checkpoint_url("cait_xxs24_224").startswith("http://127.0.0.1:9/cait_xxs24_224.")
+    assert hf_cache.huggingface_hub_or_none() is None  # a mirror set: keras_cait's own downloader
