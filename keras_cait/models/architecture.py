@@ -155,17 +155,23 @@ def with_class_names(model, class_names):
     return model
 
 
+def checked_activation(activation, argument="classifier_activation"):
+    """The Keras activation function `activation` names (None: linear), or an `ArgumentError` naming
+    `argument` where Keras knows no such activation."""
+    try:
+        return keras.activations.get(activation)
+    except (ValueError, TypeError) as error:
+        raise quietly_caused(ArgumentError(argument, activation, "not a Keras activation",
+                                           "e.g. 'softmax', or None for logits", usage=True), error) from None
+
+
 def classifier_head(classes, activation, dtype, argument="classifier_activation"):
     """The linear head of a CaiT classifier, `predictions`: `classes` outputs, weights from a
     truncated N(0, 0.02²) and zero bias, as timm and DeiT initialise theirs (a new head of a
     fine-tuning too). `dtype`: its policy, float32 under a mixed one (`layer_dtype`). `build_cait`,
     `with_new_head` and keras-hub's `CaiTImageClassifier` make their heads here; an `activation`
     Keras does not know is an `ArgumentError` naming `argument`."""
-    try:
-        keras.activations.get(activation)
-    except (ValueError, TypeError) as error:
-        raise quietly_caused(ArgumentError(argument, activation, "not a Keras activation",
-                                           "e.g. 'softmax', or None for logits", usage=True), error) from None
+    checked_activation(activation, argument)
     return keras.layers.Dense(classes, activation=activation, kernel_initializer=linear_kernel(), name=HEAD_NAME,
                               dtype=dtype)
 

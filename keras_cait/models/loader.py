@@ -30,7 +30,14 @@ import keras
 
 from keras_cait.errors import ArgumentError, Named, checked_bool, quietly_caused
 from keras_cait.layers import PatchEmbedding
-from keras_cait.models.architecture import HEAD_NAME, POOLING_MODES, CaiTModel, checked_classes, checked_drop_path_rate
+from keras_cait.models.architecture import (
+    HEAD_NAME,
+    POOLING_MODES,
+    CaiTModel,
+    checked_activation,
+    checked_classes,
+    checked_drop_path_rate,
+)
 from keras_cait.models.blocks import ClassAttentionBlock
 from keras_cait.models.class_names import class_count
 from keras_cait.models.inputs import checked_image_size
@@ -240,11 +247,7 @@ def _check_own_activation(model, activation):
     activation; another (None for logits) was ignored, the head's applied. An `ArgumentError` naming it."""
     if activation == "softmax" or HEAD_NAME not in [layer.name for layer in model.layers]:
         return
-    try:
-        wanted = keras.activations.get(activation)
-    except (ValueError, TypeError) as error:
-        raise quietly_caused(ArgumentError("classifier_activation", activation, "not a Keras activation",
-                                           "e.g. 'softmax', or None for logits", usage=True), error) from None
+    wanted = checked_activation(activation)
     own = model.get_layer(HEAD_NAME).activation
     if wanted is not own:
         raise ArgumentError("classifier_activation", activation, f"applies to a variant name or a new head; the "

@@ -8,11 +8,8 @@ runs it in tf.data.
 
 import dataclasses
 import math
-import numbers
 
-import keras
-
-from keras_cait.errors import ArgumentError, Named, checked_bool, checked_count, checked_number
+from keras_cait.errors import checked_bool, checked_count, checked_number
 from keras_cait.preprocessing import IMAGENET_MEAN, IMAGENET_STD
 from keras_cait.training.mixup_cutmix import MixupCutmix
 from keras_cait.training.rand_augment import RandAugment
@@ -145,14 +142,9 @@ class Augmentation:
         random_resized_crop.checked_scale(self.scale)
         random_resized_crop.checked_ratio(self.ratio)
         for name, low, high, closed, example in _NUMBER_RANGES:
-            value = getattr(self, name)
             within = f"in [{low}, {high}{']' if closed else ')'}" if high is not None else f"of at least {low}"
-            if isinstance(value, bool) or not isinstance(value, numbers.Real):
-                raise ArgumentError(name, value, f"must be a number {within}, not {type(value).__name__}",
-                                    ["e.g. ", Named(name, example)], usage=True)
-            if not (low <= value and (math.isfinite(value) if high is None else value < high or closed and value == high)):
-                raise ArgumentError(name, value, f"must be a number {within}", ["e.g. ", Named(name, example)],
-                                    usage=True)
+            checked_number(name, getattr(self, name), lambda value: low <= value and (
+                math.isfinite(value) if high is None else value < high or closed and value == high), within, example)
 
     # The layers compute in float32 under any global policy, as `rand_augment` does.
     def crop(self):
