@@ -25,6 +25,7 @@ and the command line renders the same fields with its flags, `--image-size 200: 
 would have to find again by pattern.
 """
 
+import collections
 import contextlib
 import contextvars
 import importlib
@@ -72,6 +73,12 @@ def python_name(named):
     if not named.has_value:
         return named.argument
     return f"{named.argument}={python_value(named.value)}"
+
+
+def repeated(items):
+    """The items given more than once, sorted as str: `repeated(['cat', 'dog', 'cat']) == ['cat']`."""
+    counts = collections.Counter(items)
+    return sorted(str(item) for item, count in counts.items() if count > 1)
 
 
 def listed(items, shown=5):

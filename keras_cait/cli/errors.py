@@ -421,11 +421,11 @@ def read_class_names(flag, path):
         raise fail(f"{flag} {path}: no such file; give a text file with one class name per line.")
     with open(path, encoding="utf-8") as file:
         names = [line.strip() for line in file if line.strip()]
-    repeated = sorted({name for name in names if names.count(name) > 1})
-    if repeated:
-        from keras_cait.errors import listed
+    from keras_cait.errors import listed, repeated
 
-        raise fail(f"{flag} {path}: repeats {listed(repeated)}; give each class its own name, one a line.")
+    twice = repeated(names)
+    if twice:
+        raise fail(f"{flag} {path}: repeats {listed(twice)}; give each class its own name, one a line.")
     return names
 
 

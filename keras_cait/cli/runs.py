@@ -35,7 +35,7 @@ from keras_cait.errors import ArgumentError, lines_kept, speaking
 from keras_cait.training import distribute, resume, run
 from keras_cait.training import recipe as recipes
 from keras_cait.models.variants import parse_model_name
-from keras_cait.training.run_models import TEACHER_EXAMPLE
+from keras_cait.training.run_models import MODEL_EXAMPLE, TEACHER_EXAMPLE
 
 # Each command's recipe when --recipe is not given.
 DEFAULT_RECIPES = {"train": "deit", "finetune": "transfer"}
@@ -269,7 +269,7 @@ def check_arguments(command, args):
 
 
 # train --model as a JSON object of build_cait's arguments (keras_cait.training.run_models.check_architecture).
-JSON_MODEL_EXAMPLE = '\'{"embed_dim": 192, "depth": 12, "num_heads": 4, "init_values": 1e-5}\''
+JSON_MODEL_EXAMPLE = f"'{json.dumps(MODEL_EXAMPLE)}'"
 
 
 def _check_model(args):

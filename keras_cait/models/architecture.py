@@ -359,5 +359,8 @@ def build_cait(
 __getattr__ = moved_names(__name__)  # the blocks, dtype policies, image checks and class names, moved
 
 
-# The arguments build_cait takes, by name (read once: a wrapper put around build_cait later keeps them).
+# The arguments build_cait takes, by name, and those without a default (read once: a wrapper put around
+# build_cait later keeps them).
 BUILD_CAIT_ARGUMENTS = tuple(inspect.signature(build_cait).parameters)
+BUILD_CAIT_REQUIRED = tuple(name for name, parameter in inspect.signature(build_cait).parameters.items()
+                            if parameter.default is inspect.Parameter.empty)

@@ -1,6 +1,6 @@
 """The names of a classifier's classes: how many it scores, the names it carries and their check."""
 
-from keras_cait.errors import ArgumentError
+from keras_cait.errors import ArgumentError, repeated
 from keras_cait.preprocessing import imagenet_classes
 
 
@@ -31,9 +31,9 @@ def checked_class_names(names, model):
     if len(names) != classes:
         raise ArgumentError("class_names", names, f"has {len(names)} names but {model.name} has {classes} classes",
                             "give one name per class, in the order of the outputs", usage=True, shown="[...]")
-    if len(set(names)) != len(names):
-        repeated = sorted({name for name in names if names.count(name) > 1})
-        raise ArgumentError("class_names", names, f"repeats {repeated}", "give each class its own name", usage=True,
+    twice = repeated(names)
+    if twice:
+        raise ArgumentError("class_names", names, f"repeats {twice}", "give each class its own name", usage=True,
                             shown="[...]")
     return names
 

@@ -10,6 +10,7 @@ from keras_cait.models import loader
 from keras_cait.models.architecture import (
     ARCHITECTURE_NUMBERS,
     BUILD_CAIT_ARGUMENTS,
+    BUILD_CAIT_REQUIRED,
     build_cait,
     checked_architecture,
     with_class_names,
@@ -102,6 +103,8 @@ def fitted(model, recipe, teacher):
 
 # What a run gives build_cait itself, from its other arguments: not to be given in a dict `model`.
 RUN_BUILD_ARGUMENTS = ("input_shape", "classes", "drop_path_rate", "dtype")
+# A dict `model` of a run (the command line's `--model` as JSON), as the errors show one.
+MODEL_EXAMPLE = {"embed_dim": 192, "depth": 12, "num_heads": 4, "init_values": 1e-5}
 
 
 def check_architecture(model):
@@ -117,10 +120,10 @@ def check_architecture(model):
     if unknown:
         raise RunError("model", model, f"gives {listed(unknown)}, not {'an argument' if len(unknown) == 1 else 'arguments'}"
                        " of build_cait", f"it takes {listed(taken, len(taken))}", usage=True)
-    missing = [name for name in ("embed_dim", "depth", "num_heads", "init_values") if name not in model]
+    missing = [name for name in BUILD_CAIT_REQUIRED if name not in model]
     if missing:
         raise RunError("model", model, f"gives no {' or '.join(missing)}, which build_cait needs",
-                       ["e.g. ", Named("model", {"embed_dim": 192, "depth": 12, "num_heads": 4, "init_values": 1e-5}),
+                       ["e.g. ", Named("model", MODEL_EXAMPLE),
                         " (init_values, LayerScale's first gamma: 1e-5 up to 24 blocks, 1e-6 deeper)"], usage=True)
     sizes = {name: value for name, value in model.items() if name in ARCHITECTURE_NUMBERS}
     try:

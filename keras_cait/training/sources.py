@@ -6,17 +6,17 @@ a source into training batches and evaluation batches, and
 `keras_cait.training.image_checks` finds the examples that cannot be decoded.
 """
 
+import collections.abc
 import contextlib
 import dataclasses
 import numbers
 import os
-import collections.abc
 from collections.abc import Callable
 
 import numpy as np
 
 from keras_cait import deprecation
-from keras_cait.errors import ArgumentError, Named, counted, listed
+from keras_cait.errors import ArgumentError, Named, counted, listed, repeated
 from keras_cait.images.evaluation_transform import IMAGE_EXTENSIONS, IMAGE_FORMATS, is_image_file_name
 from keras_cait.io.atomic import written_atomically
 from keras_cait.io.stderr import load_tensorflow
@@ -202,9 +202,9 @@ def tfrecords(files, class_names, num_examples=None):
         raise ArgumentError("class_names", class_names, "must be a list of names, one per class index",
                             ["e.g. ", Named("class_names", ["cat", "dog"])], usage=True)
     class_names = list(class_names)
-    repeated = sorted({str(name) for name in class_names if class_names.count(name) > 1})
-    if repeated:
-        raise ArgumentError("class_names", class_names, f"repeats {listed(repeated)}",
+    twice = repeated(class_names)
+    if twice:
+        raise ArgumentError("class_names", class_names, f"repeats {listed(twice)}",
                             "give each class its own name, in the order of the indices", usage=True)
     paths = sorted(tf.io.gfile.glob(files)) if isinstance(files, str) else list(files)
     if not paths:
