@@ -55,7 +55,12 @@ class CaiTImageClassifier(keras_hub.models.ImageClassifier):
         **kwargs,
     ):
         if pooling not in POOLING_MODES:
-            raise ValueError(f"pooling={pooling!r}: must be one of {POOLING_MODES}.")
+            raise ArgumentError("pooling", pooling, "unknown pooling", f"give one of {', '.join(map(repr, POOLING_MODES))}",
+                                usage=True)
+        if preprocessor is not None and not isinstance(preprocessor, keras.layers.Layer):
+            raise ArgumentError("preprocessor", preprocessor, f"a {type(preprocessor).__name__}, not a Keras layer",
+                                "e.g. CaiTImageClassifierPreprocessor.from_preset('cait_xxs24_224'), or None for "
+                                "images already resized and normalised", usage=True)
         if not isinstance(backbone, keras.Model):
             raise ArgumentError("backbone", backbone, f"CaiTImageClassifier takes a CaiTBackbone, not a "
                                 f"{type(backbone).__name__}", "e.g. CaiTBackbone.from_preset('cait_xxs24_224'), or "

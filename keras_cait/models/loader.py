@@ -55,8 +55,17 @@ from keras_cait.models.variants import IMAGENET_CLASSES, cait, checked_weights, 
 PATCH_SIZE = 16  # every variant's
 
 
+class _LeftOut(str):
+    """A default equal to the value it stands for, and told from that value given by the caller (`is`)."""
+
+
+# `classifier_activation` left out: a name's head applies softmax, a file's or a model's own head keeps
+# its activation; a "softmax" the caller gives is asked of that head too.
+SOFTMAX_UNLESS_OWN = _LeftOut("softmax")
+
+
 def load_classifier(model, *, weights="imagenet", image_size=None, include_top=True, pooling=None, classes=None,
-                    classifier_activation="softmax", dtype=None, drop_path_rate=None):
+                    classifier_activation=SOFTMAX_UNLESS_OWN, dtype=None, drop_path_rate=None):
     """A CaiT classifier (a `CaiTModel`) from a variant name, a `.keras` file or a Keras model.
 
     Args:
@@ -78,7 +87,8 @@ def load_classifier(model, *, weights="imagenet", image_size=None, include_top=T
             model's own for a file or a model. Another number puts a new head of that many
             classes on the pooled features (`with_new_head`), e.g. to fine-tune.
         classifier_activation: of the head of a name, or of a new head; None gives logits. A file's
-            or a model's own head keeps its activation: another is refused.
+            or a model's own head keeps its activation: another, given, is refused (softmax asked
+            of a head that gives logits too).
         dtype: the dtype policy it computes in ("float32", "mixed_bfloat16", a
             `keras.DTypePolicy`); None: the global policy for a name, its own for a file or a model.
         drop_path_rate: the stochastic-depth rate of its self-attention blocks, for training;
@@ -245,7 +255,7 @@ def _adapted(loaded, model, image_size, include_top, pooling, classes, activatio
 def _check_own_activation(model, activation):
     """`classifier_activation` of a file or a model kept with its own head: the default, or the head's own
     activation; another (None for logits) was ignored, the head's applied. An `ArgumentError` naming it."""
-    if activation == "softmax" or HEAD_NAME not in [layer.name for layer in model.layers]:
+    if activation is SOFTMAX_UNLESS_OWN or HEAD_NAME not in [layer.name for layer in model.layers]:
         return
     wanted = checked_activation(activation)
     own = model.get_layer(HEAD_NAME).activation

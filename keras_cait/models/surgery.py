@@ -81,9 +81,12 @@ def with_new_head(model, classes, classifier_activation="softmax", name=None, cl
     """
     check_model_object(model, "with_new_head")
     classes = checked_classes(classes)
+    if name is not None and (not isinstance(name, str) or not name.strip() or "/" in name):
+        raise ArgumentError("name", name, "must be a model's name: a str, not empty, without '/'",
+                            ["e.g. ", Named("name", "flowers"), ", or leave it out for the model's own"], usage=True)
     features = pooled_features(model)
     head = classifier_head(classes, classifier_activation, features.dtype_policy)
-    return with_class_names(CaiTModel(model.inputs, head(features.output), name=name or model.name), class_names)
+    return with_class_names(CaiTModel(model.inputs, head(features.output), name=model.name if name is None else name), class_names)
 
 
 def set_backbone_trainable(model, trainable):

@@ -182,6 +182,24 @@ def test_an_argument_the_hub_classes_do_not_take_is_refused_not_dropped():
     assert (named.name, named.trainable) == ("tuned", False)
 
 
+def test_a_pooling_or_preprocessor_the_classifier_cannot_use_is_refused_naming_it():
+    # Before: pooling='cls' a plain ValueError; preprocessor='x' taken, then a failure inside predict.
+    from keras_cait.errors import ArgumentError
+
+    backbone = CaiTBackbone(image_shape=(TINY_SIZE, TINY_SIZE, 3), **TINY_CAIT)
+    for options, line in [
+        (dict(pooling="cls"), "pooling='cls': unknown pooling; give one of 'token', 'avg'"),
+        (dict(pooling=None), "pooling=None: unknown pooling; give one of 'token', 'avg'"),
+        (dict(preprocessor="x"), "preprocessor='x': a str, not a Keras layer; e.g. "
+                                 "CaiTImageClassifierPreprocessor.from_preset('cait_xxs24_224'), or None for images "
+                                 "already resized and normalised"),
+    ]:
+        with pytest.raises(ArgumentError) as caught:
+            CaiTImageClassifier(backbone, 3, **options)
+        assert caught.value.argument == next(iter(options)) and str(caught.value) == line
+    assert CaiTImageClassifier(backbone, 3, pooling="avg", preprocessor=None).pooling == "avg"
+
+
 @pytest.mark.parametrize("dropout, kind", [("0.1", ", not str"), (None, ", not NoneType"), (1.5, ""), (-0.1, "")])
 def test_a_dropout_that_is_no_rate_is_refused_naming_dropout(dropout, kind):
     # Before: '0.1' and None were TypeError: '<=' not supported between instances of 'int' and 'str';

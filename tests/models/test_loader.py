@@ -146,6 +146,17 @@ def test_an_activation_a_file_s_own_head_would_ignore_is_refused_naming_it(saved
         assert refused.value.argument == "classifier_activation" and refused.value.usage
 
 
+def test_softmax_asked_of_a_head_that_gives_logits_is_refused_and_left_out_keeps_the_logits(tiny_cait, tmp_path):
+    logits = tiny_cait(classes=10, classifier_activation=None)
+    logits.save(tmp_path / "logits.keras")
+    for given in (tmp_path / "logits.keras", logits):
+        with pytest.raises(ArgumentError, match=r"^classifier_activation='softmax': applies to a variant name or a "
+                                                r"new head; the model's head keeps its own activation 'linear'"):
+            load_classifier(given, classifier_activation="softmax")
+        kept = load_classifier(given)
+        assert kept.get_layer("predictions").activation is keras.activations.linear
+
+
 def test_an_activation_that_is_the_head_s_own_or_goes_on_a_new_head_is_taken(tiny_cait, saved):
     path, model = saved
     assert load_classifier(path, classifier_activation="softmax").output_shape == (None, 10)

@@ -5,6 +5,7 @@ import keras
 import numpy as np
 import pytest
 
+from keras_cait.errors import ArgumentError
 from keras_cait.layers.position_embedding import resize_position_embedding
 from keras_cait.models.surgery import at_resolution, set_backbone_trainable, with_new_head
 from keras_cait.training import Augmentation, adamw, sources, stream, warmup_cosine
@@ -24,6 +25,17 @@ def test_new_head_shares_the_backbone_and_is_float32_under_mixed_precision(tiny_
     assert replaced.output_shape == (None, 3)
     with pytest.raises(ValueError, match="pooling='token' or pooling='avg'"):
         with_new_head(tiny_cait(include_top=False), classes=3)
+
+
+def test_a_new_head_s_model_takes_the_name_given_or_keeps_its_own_and_refuses_one_keras_cannot_take(tiny_cait):
+    # Before: name='' silently kept the model's own name; 5 and 'a/b' were Keras' ValueError about `name`.
+    backbone = tiny_cait(include_top=False, pooling="token")
+    assert with_new_head(backbone, 3, name="flowers").name == "flowers"
+    assert with_new_head(backbone, 3).name == backbone.name
+    for name in ("", " ", 5, "runs/flowers"):
+        with pytest.raises(ArgumentError, match=rf"^name={name!r}: must be a model's name: a str, not empty, without "
+                                                r"'/'; e\.g\. name='flowers', or leave it out for the model's own$"):
+            with_new_head(backbone, 3, name=name)
 
 
 def test_a_new_head_takes_the_dtype_of_the_features_it_reads_not_the_global_policy(tiny_cait, policy):

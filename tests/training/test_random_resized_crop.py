@@ -109,8 +109,20 @@ def test_config_round_trip_and_argument_errors():
     assert clone.interpolation == "bilinear"
     with pytest.raises(ValueError, match=r"scale=\(0.5, 0.1\)"):
         RandomResizedCrop(224, 224, scale=(0.5, 0.1))
-    with pytest.raises(ValueError, match="channels-last"):
+
+
+
+def test_channels_first_is_refused_naming_data_format_and_where_it_came_from(monkeypatch):
+    # Before: a plain ValueError showing the global format as if the caller had given it.
+    with pytest.raises(ArgumentError, match=r"^data_format='channels_first': RandomResizedCrop crops channels-last "
+                                            r"images \(H, W, C\); give data_format='channels_last'$") as refused:
         RandomResizedCrop(224, 224, data_format="channels_first")
+    assert refused.value.argument == "data_format"
+    monkeypatch.setattr(keras.config, "image_data_format", lambda: "channels_first")
+    with pytest.raises(ArgumentError, match=r"^data_format=None: RandomResizedCrop crops channels-last images "
+                                            r"\(H, W, C\) \(keras.config.image_data_format\(\) is 'channels_first'\)"):
+        RandomResizedCrop(224, 224)
+    assert RandomResizedCrop(224, 224, data_format="channels_last").data_format == "channels_last"
 
 
 def test_the_box_pick_in_a_tf_data_stream_gives_onednn_nothing_to_complain_of():
