@@ -4,6 +4,7 @@ converters' INFO lines kept off standard error."""
 
 import contextlib
 import functools
+import logging
 import os
 import re
 
@@ -161,6 +162,19 @@ def check_file(path, suffix, overwrite):
 # C++ side ignores ("W0000 00:00:1795945018.491298   12357 tf_tfl_flatbuffer_helpers.cc:364] Ignored
 # output_format."), printed by every conversion.
 _IGNORED_FLAG = re.compile(rb"W\d{4} \d\d:\d\d:\d+\.\d+ +\d+ tf_tfl_flatbuffer_helpers\.cc:\d+\] Ignored \w+\.$")
+
+
+@contextlib.contextmanager
+def absl_level_kept():
+    """The `absl` logger's level as the caller had it after a SavedModel is written: TensorFlow's
+    tracking turns absl's verbosity to FATAL while it lists the graph's objects and then back, which
+    leaves the logger at WARNING where it was NOTSET (taking the root's level)."""
+    logger = logging.getLogger("absl")
+    level = logger.level
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 @contextlib.contextmanager

@@ -3,6 +3,7 @@
 import tensorflow as tf
 
 from keras_cait.export.core import (
+    absl_level_kept,
     check_file,
     check_quantization,
     converter_info_dropped,
@@ -44,7 +45,7 @@ def export_litert(model, path, *, quantization=None, overwrite=False):
     if quantization == "dynamic_int8":
         converter_options["optimizations"] = [tf.lite.Optimize.DEFAULT]
     forward = inference_form(model)
-    with written_atomically(path, overwrite) as temporary, converter_info_dropped():
+    with written_atomically(path, overwrite) as temporary, converter_info_dropped(), absl_level_kept():
         if not isinstance(forward, InferenceGraph):
             model.export(temporary, format="litert", verbose=False, **converter_options)
             return path

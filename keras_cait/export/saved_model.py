@@ -44,7 +44,9 @@ import tensorflow as tf
 
 from keras_cait.deprecation import renamed_keywords
 from keras_cait.errors import ArgumentError, Named, checked_bool
-from keras_cait.export.core import check_version_folder, inference_form, quantized, require_tensorflow_backend
+from keras_cait.export.core import (
+    absl_level_kept, check_version_folder, inference_form, quantized, require_tensorflow_backend,
+)
 from keras_cait.export.inference_graph import InferenceGraph
 from keras_cait.images.evaluation_transform import (
     IMAGE_FORMATS,
@@ -165,7 +167,7 @@ def export_saved_model(
         function = tf.function(function, input_signature=[spec], jit_compile=False, autograph=False)
         function.get_concrete_function()
         archive.add_endpoint(name, function)
-    with written_atomically(path, overwrite) as temporary:
+    with written_atomically(path, overwrite) as temporary, absl_level_kept():
         archive.write_out(temporary, verbose=False)
     return path
 

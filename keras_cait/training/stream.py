@@ -9,6 +9,7 @@ reference's evaluation transform (`keras_cait.images.evaluation_transform`).
 """
 
 import math
+import random
 
 from keras_cait.errors import ArgumentError, Named, checked_count, listed
 from keras_cait.images.evaluation_transform import (
@@ -178,8 +179,14 @@ def training_stream(
     repeats = augmentation.repeats
     unique_per_epoch = math.ceil(source.num_examples / repeats)
 
-    crop = augmentation.crop()
-    mix = augmentation.mix()
+    # The crop's and the mix's layers are read for their settings only: the seeds Keras draws for them from
+    # Python's generator as they are made would only move the caller's (the stream draws from `seed`).
+    generator = random.getstate()
+    try:
+        crop = augmentation.crop()
+        mix = augmentation.mix()
+    finally:
+        random.setstate(generator)
     rand_augment = None
     if augmentation.rand_augment_magnitude:
         rand_augment = augment.rand_augment(augmentation.rand_augment_magnitude, seed=seed)
