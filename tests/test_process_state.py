@@ -140,8 +140,6 @@ def test_building_and_loading_models_leaves_the_process_as_it_was_but_for_keras_
         models.load_classifier(str(path))
 
 
-@pytest.mark.xfail(strict=True, reason="keras.models.load_model in models.loader.read_keras_file draws its layers' "
-                   "seeds from Python's generator, then sets the file's weights: the draws only move the caller's")
 def test_loading_a_keras_file_leaves_python_s_generator_as_it_was(tmp_path):
     path = tmp_path / "tiny.keras"
     tiny().save(path)

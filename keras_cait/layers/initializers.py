@@ -6,7 +6,9 @@
     patch convolution (weight and bias)    PyTorch's Conv2d default -> `torch_default_uniform(fan_in)`
 """
 
+import contextlib
 import math
+import random
 
 import keras
 
@@ -32,3 +34,18 @@ def torch_default_uniform(fan_in):
     """
     bound = 1.0 / math.sqrt(fan_in)
     return keras.initializers.RandomUniform(-bound, bound)
+
+
+@contextlib.contextmanager
+def python_generator_kept():
+    """Layers made inside leave Python's global generator as the caller had it.
+
+    Keras draws a seed from `random` for each random initialiser or layer it makes. Where the
+    weights or the randomness come from elsewhere (a `.keras` file's weights, a copy of a model,
+    a stream drawing from its own `seed`), those draws would only move the caller's generator: what
+    a training after `keras.utils.set_random_seed` draws would then depend on the call."""
+    state = random.getstate()
+    try:
+        yield
+    finally:
+        random.setstate(state)

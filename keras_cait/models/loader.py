@@ -30,6 +30,7 @@ import keras
 
 from keras_cait.errors import ArgumentError, Named, checked_bool, quietly_caused
 from keras_cait.layers import PatchEmbedding
+from keras_cait.layers.initializers import python_generator_kept
 from keras_cait.models.architecture import (
     HEAD_NAME,
     POOLING_MODES,
@@ -169,7 +170,8 @@ def read_keras_file(path, argument="model"):
     `ArgumentError` naming `argument`."""
     path = check_keras_file(path, argument)
     try:
-        return keras.models.load_model(path)
+        with python_generator_kept():  # the layers' seeds are drawn, then the file's weights set
+            return keras.models.load_model(path)
     except (OSError, ValueError, TypeError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise quietly_caused(ArgumentError(argument, path, f"is not a readable .keras model: {first}",

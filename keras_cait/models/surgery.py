@@ -3,13 +3,13 @@ policy, LoRA updates merged into the kernels. Each returns a model (or changes o
 trains nothing; `keras_cait.training` and `keras_cait.export` both use them."""
 
 import os
-import random
 import tempfile
 
 import keras
 
 from keras_cait.errors import ArgumentError, Named, checked_bool, quietly_caused
 from keras_cait.layers import PatchEmbedding, PositionEmbedding
+from keras_cait.layers.initializers import python_generator_kept
 from keras_cait.layers.position_embedding import resize_position_embedding
 from keras_cait.models.architecture import (
     HEAD_NAME, CaiTModel, checked_classes, checked_drop_path_rate, classifier_head, with_class_names,
@@ -220,14 +220,7 @@ def _rebuilt(model, edit, copy_weights=None):
 
 
 def _copied(config, model):
-    """A model of `model`'s class built from `config`, leaving Python's global generator as it was.
-
-    Keras draws a seed from `random` for each random layer it builds (stochastic depth); a copy then
-    takes the original's weights, its seed generators' states included, so those draws would only
-    move the caller's generator: an export or a dtype change between `keras.utils.set_random_seed`
-    and training would change what the training draws."""
-    state = random.getstate()
-    try:
+    """A model of `model`'s class built from `config`, leaving Python's global generator as it was: the
+    copy takes the original's weights, its seed generators' states included."""
+    with python_generator_kept():
         return model.__class__.from_config(config)
-    finally:
-        random.setstate(state)

@@ -9,13 +9,13 @@ reference's evaluation transform (`keras_cait.images.evaluation_transform`).
 """
 
 import math
-import random
 
 from keras_cait.errors import ArgumentError, Named, checked_count, listed
 from keras_cait.images.evaluation_transform import (
     check_crop_pct, decode_image, decoded_size, evaluation_transform, target_size,
 )
 from keras_cait.io.stderr import load_tensorflow
+from keras_cait.layers.initializers import python_generator_kept
 from keras_cait.training import augment, mixup_cutmix, random_resized_crop, sources
 from keras_cait.training.random_resized_crop import ATTEMPTS
 
@@ -179,14 +179,9 @@ def training_stream(
     repeats = augmentation.repeats
     unique_per_epoch = math.ceil(source.num_examples / repeats)
 
-    # The crop's and the mix's layers are read for their settings only: the seeds Keras draws for them from
-    # Python's generator as they are made would only move the caller's (the stream draws from `seed`).
-    generator = random.getstate()
-    try:
+    with python_generator_kept():  # read for their settings only: the stream draws from `seed`
         crop = augmentation.crop()
         mix = augmentation.mix()
-    finally:
-        random.setstate(generator)
     rand_augment = None
     if augmentation.rand_augment_magnitude:
         rand_augment = augment.rand_augment(augmentation.rand_augment_magnitude, seed=seed)
