@@ -1,8 +1,7 @@
 """A library call leaves the process as it found it: each public module's calls, made the way a notebook
 user makes them, leave Keras' global configuration, the global generators, TensorFlow's switches,
 the environment, the working directory, the loggers, the warning filters, the standard streams and
-matplotlib's settings as the caller had them (the training runs: tests/training/test_run_state.py;
-export_onnx's environment: tests/export/test_onnx_litert.py).
+matplotlib's settings as the caller had them (the training runs: tests/training/test_run_state.py).
 
 Python's global generator is the one item a model build moves by design: Keras draws the seed of each
 initializer and of each stochastic depth layer from `random` as it builds them, which is how
@@ -187,6 +186,12 @@ def test_exporting_leaves_the_caller_s_loggers_and_environment_as_they_were(tmp_
     with kept("export_openvino int8 calibrated"):
         export.export_openvino(model, tmp_path / "int8.xml", quantization="int8", calibration=pixels(4),
                                calibration_size=4)
+
+
+def test_exporting_to_onnx_leaves_the_process_as_it_was(tmp_path):
+    model = tiny()
+    with kept("export_onnx"):
+        export.export_onnx(model, tmp_path / "model.onnx")
 
 
 def test_exporting_to_litert_leaves_the_process_as_it_was(tmp_path):
