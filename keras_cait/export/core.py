@@ -39,11 +39,15 @@ def traced(forward, model):
 
 
 def quantized(model, path, quantization):
-    """`model`, or its Keras-quantised copy (`model.quantize` on every Dense); `model` itself is kept."""
+    """`model`, or its Keras-quantised copy (`model.quantize` on every Dense); `model` itself is kept.
+    A CaiT classifier trained under a mixed policy is quantised from its float32 copy, as `inference_form`
+    folds it for the float exports (ONNX has no bfloat16 graph a runtime loads)."""
     check_quantization(path, quantization)
     if quantization is None:
         return model
     copy = merge_lora(model)
+    if folds(copy, any_policy=True):
+        copy = with_dtype_policy(copy, "float32")
     # Dense layers only: Keras would also visit layers it cannot quantise and warn for each.
     copy.quantize(quantization, filters=lambda layer: isinstance(layer, keras.layers.Dense))
     return copy

@@ -82,6 +82,28 @@ def test_unsupported_quantizations_are_refused_before_anything_is_written(model,
     assert os.listdir(tmp_path) == []
 
 
+def test_int8_of_a_model_trained_in_mixed_precision_is_quantised_from_its_float32_copy(logits_model, inputs,
+                                                                                         tmp_path):
+    # Before: the ONNX file held the mixed model's bfloat16 and float16 casts (tf2onnx printed hundreds of
+    # warnings) and ONNX Runtime refused to load it; the SavedModel computed in bfloat16.
+    import onnxruntime
+
+    from keras_cait.models import with_dtype_policy
+
+    mixed = with_dtype_policy(logits_model, "mixed_bfloat16")
+    expected = keras_int8(logits_model).predict(inputs, verbose=0)
+    export_onnx(mixed, tmp_path / "cait.onnx", quantization="int8")
+    session = onnxruntime.InferenceSession(str(tmp_path / "cait.onnx"), providers=["CPUExecutionProvider"])
+    (logits,) = session.run(None, {"images": inputs})
+    export_saved_model(mixed, tmp_path / "cait" / "1", quantization="int8")
+    served = tf.saved_model.load(str(tmp_path / "cait" / "1")).signatures["serving_default"](
+        images=tf.constant(inputs))["probabilities"].numpy()
+    # As the float32 model's int8 copy (ONNX Runtime's order of sums aside, as in the test above).
+    assert np.abs(logits - expected).max() < 5e-3 * np.abs(expected).max()
+    np.testing.assert_allclose(served, tf.nn.softmax(expected).numpy(), rtol=1e-4, atol=1e-6)
+    assert mixed.get_layer("patch_embedding").dtype_policy.name == "mixed_bfloat16"  # the caller's model is kept
+
+
 def test_openvino_logits_are_those_of_keras(logits_model, inputs, tmp_path):
     import openvino  # the [test] extra: missing is an error, not a skip
 
