@@ -15,6 +15,7 @@ from keras_cait.errors import ArgumentError, Named, Said, checked_bool
 from keras_cait.io.stderr import drop_startup_info, stderr_through, write_all
 from keras_cait.export.formats import file_formats, folder_format, format_of, listed
 from keras_cait.export.inference_graph import InferenceGraph, folds
+from keras_cait.models.precision import is_mixed
 from keras_cait.models.surgery import merge_lora, with_dtype_policy
 
 
@@ -38,16 +39,23 @@ def traced(forward, model):
     return tf.function(forward, input_signature=[spec], autograph=False).get_concrete_function()
 
 
+def float32_copy(model):
+    """`model`, or its float32 copy where its layers compute under a mixed policy (`with_dtype_policy`):
+    what the ONNX, OpenVINO and LiteRT files of a model that does not fold are made from (their
+    converters and runtimes take no graph of bfloat16 and float16 casts), and what int8 quantises.
+    The SavedModel of such a model computes as the model does (TensorFlow runs either)."""
+    if any(is_mixed(layer.dtype_policy) for layer in model.layers):
+        return with_dtype_policy(model, "float32")
+    return model
+
+
 def quantized(model, path, quantization):
     """`model`, or its Keras-quantised copy (`model.quantize` on every Dense); `model` itself is kept.
-    A CaiT classifier trained under a mixed policy is quantised from its float32 copy, as `inference_form`
-    folds it for the float exports (ONNX has no bfloat16 graph a runtime loads)."""
+    A model trained under a mixed policy is quantised from its float32 copy (`float32_copy`)."""
     check_quantization(path, quantization)
     if quantization is None:
         return model
-    copy = merge_lora(model)
-    if folds(copy, any_policy=True):
-        copy = with_dtype_policy(copy, "float32")
+    copy = float32_copy(merge_lora(model))
     # Dense layers only: Keras would also visit layers it cannot quantise and warn for each.
     copy.quantize(quantization, filters=lambda layer: isinstance(layer, keras.layers.Dense))
     return copy

@@ -7,6 +7,7 @@ from keras_cait.export.core import (
     check_file,
     check_quantization,
     converter_info_dropped,
+    float32_copy,
     inference_form,
     require_tensorflow_backend,
     traced,
@@ -47,7 +48,7 @@ def export_litert(model, path, *, quantization=None, overwrite=False):
     forward = inference_form(model)
     with written_atomically(path, overwrite) as temporary, converter_info_dropped(), absl_level_kept():
         if not isinstance(forward, InferenceGraph):
-            model.export(temporary, format="litert", verbose=False, **converter_options)
+            float32_copy(model).export(temporary, format="litert", verbose=False, **converter_options)
             return path
         converter = tf.lite.TFLiteConverter.from_concrete_functions([traced(forward, model)], forward)
         for name, value in converter_options.items():

@@ -15,6 +15,7 @@ from keras_cait.export.core import (
     check_file,
     check_quantization,
     converter_info_dropped,
+    float32_copy,
     inference_form,
     quantized,
     require_tensorflow_backend,
@@ -74,7 +75,7 @@ def export_onnx(model, path, *, quantization=None, overwrite=False, opset_versio
     check_quantization(path, quantization)
     require_extra(FORMAT.exporter, FORMAT.extra, "onnx", "tf2onnx")
     check_opset_version(opset_version)
-    model = quantized(model, path, quantization)
+    model = float32_copy(quantized(model, path, quantization))
     _register_erfc_for_tf2onnx()
     forward = inference_form(model, runtime="onnx")
     if not isinstance(forward, InferenceGraph):

@@ -14,6 +14,7 @@ from keras_cait.errors import ArgumentError, Named, require_extra
 from keras_cait.export.core import (
     check_file,
     check_quantization,
+    float32_copy,
     inference_form,
     require_tensorflow_backend,
     traced,
@@ -139,7 +140,7 @@ def export_openvino(model, path, *, quantization=None, calibration=None, calibra
                 converted, done = compress_weights_int8(converted)
             openvino.save_model(converted, temporary, compress_to_fp16=False)
         else:
-            model.export(temporary, format="openvino", verbose=False)
+            float32_copy(model).export(temporary, format="openvino", verbose=False)
     if verbose and quantization:
         print(done)
     return path

@@ -229,6 +229,32 @@ def test_a_mixed_precision_model_is_not_folded(tiny_cait, policy):
     assert folds(tiny_cait())
 
 
+@pytest.mark.large
+@pytest.mark.parametrize("runtime", ["onnx", "openvino", "litert"])
+def test_a_mixed_precision_model_the_graph_does_not_fold_is_exported_from_its_float32_copy_too(tmp_path, runtime):
+    """A CaiT pooling its patches ("avg"), trained under mixed_bfloat16, goes through Keras' own export.
+    Before: its ONNX file held bfloat16 and float16 casts that ONNX Runtime refused to load, OpenVINO's
+    converter failed ("Tensor was not initialized"), LiteRT computed in bfloat16. (Its SavedModel computes
+    as the model does: test_saved_model.py's test_a_mixed_precision_model_serves_float32.)"""
+    from keras_cait.models import with_dtype_policy
+
+    float32 = build_cait(**TINY_CAIT, input_shape=(TINY_SIZE, TINY_SIZE, 3), pooling="avg",
+                         classifier_activation=None)
+    rng = np.random.RandomState(5)
+    for weight in float32.weights:  # every weight random, LayerScale included
+        weight.assign(rng.normal(0, 0.1, weight.shape).astype("float32"))
+    mixed = with_dtype_policy(float32, "mixed_bfloat16")
+    assert not folds(mixed, any_policy=True)
+    images = rng.uniform(0, 255, (3, TINY_SIZE, TINY_SIZE, 3)).astype("float32")
+    logits = float32.predict(images, verbose=0)
+    half = mixed.predict(images, verbose=0).astype("float32")
+    assert np.abs(half - logits).max() > 1e-3 * np.abs(logits).max()  # bfloat16 shows at the tolerance below
+
+    export, run = EXPORTS[runtime]
+    export(mixed, tmp_path)
+    np.testing.assert_allclose(run(tmp_path, images), logits, rtol=1e-4, atol=1e-4 * np.abs(logits).max())
+
+
 @pytest.mark.parametrize("mixed", ["mixed_float16", "mixed_bfloat16"])
 def test_a_mixed_precision_classifier_is_exported_from_its_float32_copy(tiny_cait, policy, mixed):
     """keras-cait train's default precision is mixed_float16: the CaiT it saves is folded as its
