@@ -52,6 +52,7 @@ from keras_cait.models.surgery import (
     with_new_head,
 )
 from keras_cait.models.variants import IMAGENET_CLASSES, cait, checked_weights, default_image_size, parse_model_name
+from keras_cait.weights import WEIGHT_FILES
 
 PATCH_SIZE = 16  # every variant's
 
@@ -147,6 +148,8 @@ def check_model(model, argument="model"):
     if is_keras_file(model):
         check_keras_file(model, argument)
         return
+    if isinstance(model, os.PathLike):
+        model = os.fspath(model)
     if not isinstance(model, str):
         raise ArgumentError(argument, model, f"not a name, a path or a model, but of type {type(model).__name__}",
                             "give a variant name (e.g. 'S24', 'cait_s24_384'), the path of a .keras file or a "
@@ -156,6 +159,12 @@ def check_model(model, argument="model"):
         raise ArgumentError(argument, model, "is a folder", [
             "give a .keras model in it, e.g. ", Named(argument, os.path.join(model, inside[0]))] if inside else
             "give a variant name (e.g. 'S24') or the path of a .keras file", usage=not inside)
+    if os.path.isfile(model) or os.sep in model or "/" in model or "." in model:  # a path, not a name
+        checkpoint = model.endswith(WEIGHT_FILES)
+        raise ArgumentError(argument, model, "no such file" if not os.path.exists(model) else
+                            "is a checkpoint, not a .keras model" if checkpoint else "is not a .keras model",
+                            ["give a variant name with the checkpoint, e.g. ", Named("weights", model)]
+                            if checkpoint and os.path.isfile(model) else _KERAS_FILE_ALLOWED)
     parse_model_name(model, argument=argument)
 
 

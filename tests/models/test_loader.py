@@ -116,6 +116,28 @@ def test_a_keras_file_that_is_not_a_cait_is_refused_in_one_line(tmp_path):
         assert refused.value.argument == "model" and "\n" not in str(refused.value)
 
 
+def test_a_path_that_is_no_keras_file_is_named_as_a_path_not_as_a_variant_name(tmp_path):
+    # Before: 'runs/photos/best.kears' (a typo), 'model.h5' and a checkpoint given as the model were
+    # "unknown CaiT model; use a variant (XXS24, ...)", and a pathlib path "not a name, a path or a model".
+    (tmp_path / "model.h5").write_bytes(b"not a model")
+    (tmp_path / "timm.safetensors").write_bytes(b"weights")
+    for given, problem, allowed in [
+        (f"{tmp_path}/best.kears", "no such file", "give a model saved with model.save('name.keras')"),
+        (tmp_path / "best.kears", "no such file", "give a model saved with model.save('name.keras')"),
+        ("best.kears", "no such file", "give a model saved with model.save('name.keras')"),
+        (str(tmp_path / "model.h5"), "is not a .keras model", "give a model saved with model.save('name.keras')"),
+        (str(tmp_path / "timm.safetensors"), "is a checkpoint, not a .keras model",
+         f"give a variant name with the checkpoint, e.g. weights='{tmp_path / 'timm.safetensors'}'"),
+    ]:
+        with pytest.raises(ArgumentError) as refused:
+            load_classifier(given)
+        assert str(refused.value) == f"model={str(given)!r}: {problem}; {allowed}" + (
+            ", or a CaiT variant name" if allowed.startswith("give a model saved") else "")
+        assert refused.value.argument == "model"
+    with pytest.raises(ArgumentError, match=r"^model='XXS25': unknown CaiT model"):
+        load_classifier("XXS25")
+
+
 @pytest.mark.parametrize("options, argument", [
     (dict(weights=None), "weights"),
     (dict(include_top=False, classes=3), "classes"),
