@@ -55,8 +55,8 @@ class CaiTImageClassifier(keras_hub.models.ImageClassifier):
         **kwargs,
     ):
         if pooling not in POOLING_MODES:
-            raise ArgumentError("pooling", pooling, "unknown pooling", f"give one of {', '.join(map(repr, POOLING_MODES))}",
-                                usage=True)
+            raise ArgumentError("pooling", pooling, "unknown pooling",
+                                f"give one of {', '.join(map(repr, POOLING_MODES))}", usage=True)
         if preprocessor is not None and not isinstance(preprocessor, keras.layers.Layer):
             raise ArgumentError("preprocessor", preprocessor, f"a {type(preprocessor).__name__}, not a Keras layer",
                                 "e.g. CaiTImageClassifierPreprocessor.from_preset('cait_xxs24_224'), or None for "

@@ -159,13 +159,17 @@ def check_model(model, argument="model"):
         raise ArgumentError(argument, model, "is a folder", [
             "give a .keras model in it, e.g. ", Named(argument, os.path.join(model, inside[0]))] if inside else
             "give a variant name (e.g. 'S24') or the path of a .keras file", usage=not inside)
-    if os.path.isfile(model) or os.sep in model or "/" in model or "." in model:  # a path, not a name
+    try:
+        parse_model_name(model, argument=argument)
+    except ArgumentError:
+        if not (os.path.exists(model) or os.sep in model or "/" in model or "." in model):
+            raise
+        # a path (no variant name has a dot or a slash): said as one
         checkpoint = model.endswith(WEIGHT_FILES)
         raise ArgumentError(argument, model, "no such file" if not os.path.exists(model) else
                             "is a checkpoint, not a .keras model" if checkpoint else "is not a .keras model",
                             ["give a variant name with the checkpoint, e.g. ", Named("weights", model)]
-                            if checkpoint and os.path.isfile(model) else _KERAS_FILE_ALLOWED)
-    parse_model_name(model, argument=argument)
+                            if checkpoint and os.path.isfile(model) else _KERAS_FILE_ALLOWED) from None
 
 
 def is_keras_file(model):

@@ -86,7 +86,8 @@ def with_new_head(model, classes, classifier_activation="softmax", name=None, cl
                             ["e.g. ", Named("name", "flowers"), ", or leave it out for the model's own"], usage=True)
     features = pooled_features(model)
     head = classifier_head(classes, classifier_activation, features.dtype_policy)
-    return with_class_names(CaiTModel(model.inputs, head(features.output), name=model.name if name is None else name), class_names)
+    named = model.name if name is None else name
+    return with_class_names(CaiTModel(model.inputs, head(features.output), name=named), class_names)
 
 
 def set_backbone_trainable(model, trainable):

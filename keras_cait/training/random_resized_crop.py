@@ -176,9 +176,9 @@ class RandomResizedCrop(keras.layers.Layer):
         super().__init__(**kwargs)
         self.data_format = data_format or keras.config.image_data_format()
         if self.data_format != "channels_last":
-            default = "" if data_format else f" (keras.config.image_data_format() is {self.data_format!r})"
+            source = "" if data_format else f" (keras.config.image_data_format() is {self.data_format!r})"
             raise ArgumentError("data_format", data_format, f"RandomResizedCrop crops channels-last images (H, W, C)"
-                                f"{default}", ["give ", Named("data_format", "channels_last")], usage=True)
+                                f"{source}", ["give ", Named("data_format", "channels_last")], usage=True)
         # Checked by the names given: int() truncated height=24.5 and took '24'; scale=0.5 failed on a
         # subscript, a third bound was ignored; an unknown interpolation failed only when called.
         self.height = checked_count("height", height, 224, note=", the output's height in pixels")

@@ -116,7 +116,7 @@ def test_a_keras_file_that_is_not_a_cait_is_refused_in_one_line(tmp_path):
         assert refused.value.argument == "model" and "\n" not in str(refused.value)
 
 
-def test_a_path_that_is_no_keras_file_is_named_as_a_path_not_as_a_variant_name(tmp_path):
+def test_a_path_that_is_no_keras_file_is_named_as_a_path_not_as_a_variant_name(tmp_path, monkeypatch):
     # Before: 'runs/photos/best.kears' (a typo), 'model.h5' and a checkpoint given as the model were
     # "unknown CaiT model; use a variant (XXS24, ...)", and a pathlib path "not a name, a path or a model".
     (tmp_path / "model.h5").write_bytes(b"not a model")
@@ -136,6 +136,9 @@ def test_a_path_that_is_no_keras_file_is_named_as_a_path_not_as_a_variant_name(t
         assert refused.value.argument == "model"
     with pytest.raises(ArgumentError, match=r"^model='XXS25': unknown CaiT model"):
         load_classifier("XXS25")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "XXS24").write_bytes(b"")  # a file named as a variant: the name is still the variant's
+    assert load_classifier("XXS24", weights=None, image_size=32).output_shape == (None, 1000)
 
 
 @pytest.mark.parametrize("options, argument", [
