@@ -43,7 +43,7 @@ globals().update(CONSTRUCTORS)
 
 __version__ = "0.1.0"
 
-# What `import keras_cait` loads; `training` and the exporters load on first use (below).
+# What `import keras_cait` loads; `training`, `export` and the exporters load on first use (below).
 __all__ = [
     "VARIANTS",
     *CONSTRUCTORS,
@@ -64,8 +64,8 @@ def __getattr__(name):
         export = importlib.import_module("keras_cait.export")
         if name in export.EXPORTERS:
             return getattr(export, name)
-    if name == "training":
-        return importlib.import_module("keras_cait.training")
+    if name in ("training", "export"):  # `keras_cait.export.export_onnx(...)` as the docs write it
+        return importlib.import_module(f"keras_cait.{name}")
     moved = deprecation.module_attribute(__name__, name)
     if moved is not None:
         return moved

@@ -12,8 +12,9 @@ import keras
 import tensorflow as tf
 
 from keras_cait.errors import ArgumentError, Named, Said, checked_bool
+from keras_cait.io.atomic import unwritable
 from keras_cait.io.stderr import drop_startup_info, stderr_through, write_all
-from keras_cait.export.formats import file_formats, folder_format, format_of, listed
+from keras_cait.export.formats import FORMATS, file_formats, folder_format, format_of, listed
 from keras_cait.export.inference_graph import InferenceGraph, folds
 from keras_cait.models.precision import is_mixed
 from keras_cait.models.surgery import merge_lora, with_dtype_policy
@@ -53,12 +54,37 @@ def quantized(model, path, quantization):
     """`model`, or its Keras-quantised copy (`model.quantize` on every Dense); `model` itself is kept.
     A model trained under a mixed policy is quantised from its float32 copy (`float32_copy`)."""
     check_quantization(path, quantization)
+    check_float_model(model, format_of(path), quantization)
     if quantization is None:
         return model
     copy = float32_copy(merge_lora(model))
     # Dense layers only: Keras would also visit layers it cannot quantise and warn for each.
     copy.quantize(quantization, filters=lambda layer: isinstance(layer, keras.layers.Dense))
     return copy
+
+
+def quantization_of(model):
+    """The mode `model.quantize` gave `model`'s layers ("int8", ...), or None for a float model."""
+    return next((layer.quantization_mode for layer in model._flatten_layers(include_self=False)
+                 if getattr(layer, "quantization_mode", None) is not None), None)
+
+
+def check_float_model(model, row, quantization):
+    """Refuses a model that `model.quantize` quantised already where the export of `row` (a row of
+    `FORMATS`) cannot take it: asked to quantise it again, or for a format whose converter fails on
+    Keras' quantised layers or computes them wrongly (`Format.quantized_model`)."""
+    mode = quantization_of(model)
+    if mode is None:
+        return
+    if quantization is not None:
+        raise ArgumentError("quantization", quantization, f"the model is quantised already ({mode}, by model.quantize)",
+                            ["give the float model to quantise it, or ", Named("quantization", None),
+                             " to export this one as it is"], usage=True)
+    if row.quantized_model:
+        takers = listed([each.name for each in FORMATS if not each.quantized_model], "or")
+        raise ArgumentError("model", None, f"quantised by Keras ({mode}): {row.quantized_model}",
+                            ["export the float model (with ", Named("quantization", shown="..."),
+                             f" for a smaller file), or this one to {takers}"], usage=True, shown=f"<{model.name}>")
 
 
 def require_tensorflow_backend(function):
@@ -138,6 +164,7 @@ def check_version_folder(path, overwrite):
             "integer without leading zeros", [f"e.g. {example!r}"] + (
                 [f"; a {suffix} file is {writer}'s"] if writer else []), usage=True)
     overwrite = _checked_overwrite(overwrite)
+    _check_writable(path, "a version folder")
     numbered = [name for name in os.listdir(base or ".") if name.isdigit()] if os.path.isdir(base or ".") else []
     twins = [name for name in numbered if int(name) == int(version) and name != version]
     if twins:
@@ -164,8 +191,23 @@ def check_file(path, suffix, overwrite):
     if not path.endswith(suffix):
         raise ArgumentError("path", path, f"must end in {suffix}, e.g. cait{suffix}", usage=True)
     overwrite = _checked_overwrite(overwrite)
+    _check_writable(path, "a file")
     if os.path.exists(path) and not overwrite:
         raise DestinationExists(f"{path!r} exists; pass ", Named("overwrite", True), " to replace it.")
+
+
+def _check_writable(path, written):
+    """Refuses a destination where the export cannot write `written` ("a file", "a version folder"):
+    the other kind of entry there (which `overwrite` would delete), or a folder above it that is a
+    file or not writable (`keras_cait.io.atomic.unwritable`), before any model is traced."""
+    folder = written != "a file"
+    if os.path.exists(path) and os.path.isdir(path) != folder:
+        there = "a folder" if os.path.isdir(path) else "a file"
+        raise ArgumentError("path", path, f"is {there}, where the export writes {written}",
+                            "choose another path, or move that one away")
+    problem = unwritable(os.path.dirname(os.path.abspath(path)), given=path)
+    if problem:
+        raise ArgumentError("path", path, *problem)
 
 
 # === The converters' own lines ===
@@ -177,16 +219,20 @@ _IGNORED_FLAG = re.compile(rb"W\d{4} \d\d:\d\d:\d+\.\d+ +\d+ tf_tfl_flatbuffer_h
 
 
 @contextlib.contextmanager
-def absl_level_kept():
-    """The `absl` logger's level as the caller had it after a SavedModel is written: TensorFlow's
-    tracking turns absl's verbosity to FATAL while it lists the graph's objects and then back, which
-    leaves the logger at WARNING where it was NOTSET (taking the root's level)."""
-    logger = logging.getLogger("absl")
-    level = logger.level
+def loggers_kept():
+    """Python's logging as the caller had it after a SavedModel is written: TensorFlow's tracking
+    turns absl's verbosity to FATAL while it lists the graph's objects and then back, which leaves
+    the `absl` logger at WARNING where it was NOTSET (taking the root's level), and the first
+    warning it logs gives the root logger a handler where it had none, after which the caller's
+    own `logging.basicConfig(...)` does nothing."""
+    absl, root = logging.getLogger("absl"), logging.getLogger()
+    level, handlers = absl.level, list(root.handlers)
     try:
         yield
     finally:
-        logger.setLevel(level)
+        absl.setLevel(level)
+        for handler in [each for each in root.handlers if each not in handlers]:
+            root.removeHandler(handler)
 
 
 @contextlib.contextmanager

@@ -36,6 +36,8 @@ class Format:
     refusals: dict = dataclasses.field(default_factory=dict, hash=False)  # {mode: why that mode is refused}
     compute_dtypes: tuple = ("float32",)  # the `compute_dtype=` values it takes, float32 first
     calibrated: tuple = ()  # the modes that need `calibration=` images (NNCF's int8)
+    # Why it takes no model that `model.quantize` quantised already; empty where it exports one as it is.
+    quantized_model: str = ""
     # {mode: what it is in this format}, where that is not QUANTIZATION_MODES' description
     modes: dict = dataclasses.field(default_factory=dict, hash=False)
     writes: str = ""  # for docs/export.md: what the destination holds
@@ -173,6 +175,7 @@ FORMATS = (
             "int8": "Keras' int8 model does not convert to LiteRT (TFLite's fully_connected takes no int8 "
                     "activations); dynamic_int8 is TFLite's own int8 weights",
         },
+        quantized_model="TFLite's converter fails on Keras' quantised layers",
         writes="a LiteRT (TFLite) flatbuffer",
         runs_on='the LiteRT interpreter (`ai-edge-litert`, `pip install "keras-cait[litert]"`), Android, iOS, '
                 "microcontrollers",
@@ -187,6 +190,7 @@ FORMATS = (
                 "models do not convert to OpenVINO correctly",
         calibrated=("int8",),
         modes={"int8": "NNCF int8 weights and activations, calibrated"},
+        quantized_model="OpenVINO's converter computes Keras' quantised layers wrongly",
         writes="OpenVINO IR: the `.xml` graph and its `.bin` weights beside it",
         runs_on="OpenVINO (Intel's CPU/GPU/NPU runtime)",
     ),

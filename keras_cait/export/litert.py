@@ -3,12 +3,13 @@
 import tensorflow as tf
 
 from keras_cait.export.core import (
-    absl_level_kept,
     check_file,
+    check_float_model,
     check_quantization,
     converter_info_dropped,
     float32_copy,
     inference_form,
+    loggers_kept,
     require_tensorflow_backend,
     traced,
 )
@@ -42,11 +43,12 @@ def export_litert(model, path, *, quantization=None, overwrite=False):
     check_model_object(model, "export_litert")
     check_file(path, FORMAT.suffix, overwrite)
     check_quantization(path, quantization)
+    check_float_model(model, FORMAT, quantization)
     converter_options = {}
     if quantization == "dynamic_int8":
         converter_options["optimizations"] = [tf.lite.Optimize.DEFAULT]
     forward = inference_form(model)
-    with written_atomically(path, overwrite) as temporary, converter_info_dropped(), absl_level_kept():
+    with written_atomically(path, overwrite) as temporary, converter_info_dropped(), loggers_kept():
         if not isinstance(forward, InferenceGraph):
             float32_copy(model).export(temporary, format="litert", verbose=False, **converter_options)
             return path

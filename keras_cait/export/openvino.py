@@ -13,9 +13,11 @@ from keras_cait import cpu
 from keras_cait.errors import ArgumentError, Named, require_extra
 from keras_cait.export.core import (
     check_file,
+    check_float_model,
     check_quantization,
     float32_copy,
     inference_form,
+    loggers_kept,
     require_tensorflow_backend,
     traced,
 )
@@ -104,12 +106,13 @@ def export_openvino(model, path, *, quantization=None, calibration=None, calibra
     weights_path = os.fspath(path).removesuffix(FORMAT.suffix) + ".bin"
     check_file(weights_path, ".bin", overwrite)
     check_quantization(path, quantization)
+    check_float_model(model, FORMAT, quantization)
     refused = FORMAT.refused_calibration(quantization, calibration)
     if refused:
         raise refused
     if quantization in FORMAT.calibrated:
         check_calibration_size(calibration_size)
-        files = calibration_files(calibration) if _is_folder_name(calibration) else None
+        calibration = calibration_source(calibration)
     openvino = require_extra(FORMAT.exporter, FORMAT.extra, "openvino")
     if quantization:
         with _quiet():  # nncf imports torch, where it is installed, which probes for CUDA
@@ -124,9 +127,9 @@ def export_openvino(model, path, *, quantization=None, calibration=None, calibra
             "export this model in float, or merge and rebuild it as a CaiT first", usage=True,
             shown=f"<{model.name}>")
     if quantization in FORMAT.calibrated:
-        images = calibration_images(files if files is not None else calibration, model, calibration_size)
+        images = calibration_images(calibration, model, calibration_size)
     # OpenVINO writes the weights beside the graph, under the `.bin` name; they go into place first.
-    with written_atomically(path, overwrite, companions=[weights_path]) as temporary:
+    with written_atomically(path, overwrite, companions=[weights_path]) as temporary, loggers_kept():
         if isinstance(forward, InferenceGraph):
             converted = openvino.convert_model(traced(forward, model))
             (inputs,), (predictions,) = converted.inputs, converted.outputs
@@ -320,18 +323,53 @@ def calibration_files(folder):
     return sorted(files)
 
 
+def calibration_source(calibration):
+    """`calibration` as the image files to read (a folder's, or a list of files) or a float32 array,
+    checked before any model is traced; an `ArgumentError` naming `calibration` for anything else."""
+    if _is_folder_name(calibration):
+        return calibration_files(calibration)
+    if isinstance(calibration, (list, tuple)) and calibration and all(map(_is_folder_name, calibration)):
+        missing = next((file for file in calibration if not os.path.isfile(file)), None)
+        if missing is not None:
+            raise ArgumentError("calibration", None, f"{os.fspath(missing)!r} in the list is no file",
+                                "give files of images, or their folder", shown="<list of files>")
+        return [os.fspath(file) for file in calibration]
+    allowed = ("give a folder of images like those the model will classify, a list of their files, or an array "
+               "(N, H, W, 3) of them, RGB 0..255 in the model's evaluation transform")
+    if not isinstance(calibration, (np.ndarray, list, tuple)):
+        raise ArgumentError("calibration", None, f"a {type(calibration).__name__}, not images", allowed,
+                            usage=True, shown=f"<{type(calibration).__name__}>")
+    try:
+        images = np.asarray(calibration, "float32")
+    except (TypeError, ValueError):
+        images = None
+    if images is None or images.ndim != 4 or len(images) == 0:
+        shape = "no array of images" if images is None else f"an array of shape {images.shape}, not images"
+        raise ArgumentError("calibration", None, shape, allowed, usage=True, shown="<array>")
+    if not np.isfinite(images).all():
+        raise ArgumentError("calibration", None, "holds NaN or infinite values", allowed, usage=True,
+                            shown="<array>")
+    low, high = float(images.min()), float(images.max())
+    if low < 0 or high > 255 or high <= 1:
+        scaled = " (scaled, it seems: CaiT normalises 0..255 pixels itself)" if high <= 1 or low < 0 else ""
+        raise ArgumentError("calibration", None, f"values from {low:g} to {high:g}, not 0..255{scaled}",
+                            "give the images as 0..255 RGB, as the model takes them", usage=True, shown="<array>")
+    return images
+
+
 def calibration_images(calibration, model, size=CALIBRATION_SIZE):
-    """float32 `(n, H, W, 3)` 0..255 images for NNCF: `size` of the files (spread evenly over
-    them) read in the model's evaluation transform, or the rows of an array, checked."""
+    """float32 `(n, H, W, 3)` 0..255 images for NNCF from `calibration_source`'s answer: `size` of
+    the files (spread evenly over them) read in the model's evaluation transform, or of the rows of
+    the array, whose shape is checked against the model's input."""
     from keras_cait.preprocessing import load_image
 
     height, width = model.inputs[0].shape[1:3]
     if isinstance(calibration, list):
         chosen = [calibration[int(index)] for index in np.unique(np.linspace(0, len(calibration) - 1, size).round())]
         return np.stack([load_image(file, (height, width)) for file in chosen]).astype("float32")
-    images = np.asarray(calibration, "float32")
-    if images.ndim != 4 or images.shape[1:] != (height, width, 3) or len(images) == 0:
-        raise ArgumentError("calibration", None, f"an array of shape {images.shape}, not images",
+    images = calibration
+    if images.shape[1:] != (height, width, 3):
+        raise ArgumentError("calibration", None, f"an array of shape {images.shape}, not the model's images",
                             f"give images (N, {height}, {width}, 3), RGB 0..255 in the model's evaluation transform, "
                             "or a folder of image files", usage=True, shown="<array>")
     return images[np.unique(np.linspace(0, len(images) - 1, size).round()).astype(int)]

@@ -45,7 +45,7 @@ import tensorflow as tf
 from keras_cait.deprecation import renamed_keywords
 from keras_cait.errors import ArgumentError, Named, checked_bool
 from keras_cait.export.core import (
-    absl_level_kept, check_version_folder, inference_form, quantized, require_tensorflow_backend,
+    check_version_folder, inference_form, loggers_kept, quantized, require_tensorflow_backend,
 )
 from keras_cait.export.inference_graph import InferenceGraph
 from keras_cait.images.evaluation_transform import (
@@ -55,6 +55,7 @@ from keras_cait.images.evaluation_transform import (
     has_image_signature,
 )
 from keras_cait.io.atomic import written_atomically
+from keras_cait.models.architecture import HEAD_NAME
 from keras_cait.models.class_names import checked_class_names, class_count, class_names_of
 from keras_cait.models.surgery import check_model_object
 
@@ -167,7 +168,7 @@ def export_saved_model(
         function = tf.function(function, input_signature=[spec], jit_compile=False, autograph=False)
         function.get_concrete_function()
         archive.add_endpoint(name, function)
-    with written_atomically(path, overwrite) as temporary, absl_level_kept():
+    with written_atomically(path, overwrite) as temporary, loggers_kept():
         archive.write_out(temporary, verbose=False)
     return path
 
@@ -269,6 +270,11 @@ def _classifier_shape(model):
             f"{model.name}: the input shape {input_shape} must be (batch, height, width, 3) "
             "with a known height and width, e.g. (None, 224, 224, 3)."
         )
+    names = {layer.name for layer in model.layers}
+    if "patch_embedding" in names and HEAD_NAME not in names:  # a CaiT built with include_top=False
+        raise ArgumentError("model", None, f"outputs {tuple(model.outputs[0].shape)}, features of a CaiT without its "
+                            "head (include_top=False), not class scores", "give a classifier: a CaiT with its head, or "
+                            "keras_cait.training.with_new_head(model, classes)", usage=True, shown=f"<{model.name}>")
     return input_shape[1], input_shape[2], class_count(model)
 
 

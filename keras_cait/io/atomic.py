@@ -132,16 +132,19 @@ def written_atomically(path, overwrite=True, companions=()):
     `companions` are files in `path`'s folder that the block writes together with
     it (OpenVINO's `.bin` beside its `.xml`): the block leaves each under its own
     name next to the yielded path, and they are moved into place before `path`,
-    so a new `path` never meets old companions.
+    so a new `path` never meets old companions. A block that fails leaves nothing behind, the
+    folders made for `path` included (where nothing else was put in them meanwhile).
     """
     path = os.path.abspath(os.fspath(path))
     parent, name = os.path.split(path)
     companions = [os.path.abspath(os.fspath(companion)) for companion in companions]
     if any(os.path.dirname(companion) != parent for companion in companions):
         raise ValueError(f"companions {companions} must be in the folder of {path!r}.")
+    created = _first_missing(parent)
     os.makedirs(parent, exist_ok=True)
     remove_stale_partials(parent)
     workspace = tempfile.mkdtemp(prefix=partial_prefix(name), dir=parent)
+    done = False
     try:
         written = os.path.join(workspace, name)
         yield written
@@ -154,8 +157,31 @@ def written_atomically(path, overwrite=True, companions=()):
             replace_folder(written, path)
         else:
             os.replace(written, path)
+        done = True
     finally:
         shutil.rmtree(workspace, ignore_errors=True)
+        if not done and created:  # the folders made for `path`, where they are still empty
+            _remove_empty(parent, up_to=created)
+
+
+def _first_missing(folder):
+    """The outermost folder of `folder`'s path that does not exist yet (`folder` itself at most), or None."""
+    missing = None
+    while not os.path.lexists(folder):
+        missing, folder = folder, os.path.dirname(folder)
+    return missing
+
+
+def _remove_empty(folder, up_to):
+    """Removes `folder` and the folders above it up to `up_to`, stopping at the first that is not empty."""
+    while True:
+        try:
+            os.rmdir(folder)
+        except OSError:
+            return
+        if folder == up_to:
+            return
+        folder = os.path.dirname(folder)
 
 
 def write_text(path, text):

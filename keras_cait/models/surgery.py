@@ -40,6 +40,12 @@ def check_model_object(model, needed_by):
     name or a path is refused saying how to load it, anything else naming its type; an
     `ArgumentError` naming `model`."""
     if isinstance(model, keras.Model):
+        try:
+            model.inputs
+        except (AttributeError, ValueError):  # a Sequential without an Input, never called on data
+            raise ArgumentError("model", model, f"{needed_by} takes a built model; this {type(model).__name__} has "
+                                "no inputs yet", "give it a keras.Input(shape=(224, 224, 3)) first, or call it on "
+                                "images once", usage=True, shown=f"<{model.name}>") from None
         return
     if isinstance(model, (str, os.PathLike)):
         raise ArgumentError("model", os.fspath(model), f"{needed_by} takes a Keras model, not a name or a path",

@@ -7,11 +7,14 @@ import os
 import re
 import sys
 
+import keras
+import numpy as np
 import pytest
 
 from keras_cait.errors import ArgumentError, ExtraMissing
 from keras_cait.export import FORMATS, check_destination
 from keras_cait.export.formats import file_formats
+from tests.export.helpers import small_model
 
 
 def _modules_of_extra(extra):
@@ -122,3 +125,75 @@ def test_a_saved_model_path_that_is_no_version_folder_gets_the_nearest_one_and_t
         check_version_folder(given, False)
     assert str(raised.value).endswith(f"; e.g. {example!r}" + (f"; a {os.path.splitext(given)[1]} file is {writer}'s"
                                                                   if writer else ""))
+
+
+@pytest.fixture(scope="module")
+def quantized_model():
+    """A small CaiT after `model.quantize("int8")` on its Dense layers, as a user quantises one."""
+    model = small_model()
+    model.quantize("int8", filters=lambda layer: isinstance(layer, keras.layers.Dense))
+    return model
+
+
+@pytest.mark.parametrize("row", FORMATS, ids=lambda row: row.name)
+def test_a_model_quantised_by_keras_is_refused_where_its_export_cannot_take_it(row, quantized_model, tmp_path):
+    """OpenVINO's converter computed such a model wrongly (top-1 as chance, no error), TFLite's
+    failed with MLIR dumps, and asking any format to quantise it again failed deep in Keras."""
+    path = tmp_path / "out" / ("cait/1" if not row.suffix else f"cait{row.suffix}")
+    if row.quantized_model:
+        with pytest.raises(ArgumentError) as raised:
+            row.load()(quantized_model, path)
+        takers = " or ".join(each.name for each in FORMATS if not each.quantized_model)
+        assert str(raised.value) == (
+            f"model=<{quantized_model.name}>: quantised by Keras (int8): {row.quantized_model}; export the float "
+            f"model (with quantization=... for a smaller file), or this one to {takers}")
+    mode = next(mode for mode in row.quantizations if mode is not None)
+    with pytest.raises(ArgumentError) as raised:
+        row.load()(quantized_model, path, quantization=mode, **({"calibration": tmp_path} if mode in row.calibrated
+                                                                  else {}))
+    assert str(raised.value) == (f"quantization={mode!r}: the model is quantised already (int8, by model.quantize); "
+                                 "give the float model to quantise it, or quantization=None to export this one as it is")
+    assert not (tmp_path / "out").exists()
+
+
+def test_onnx_exports_a_model_quantised_by_keras_as_it_is(quantized_model, images, tmp_path):
+    import onnxruntime
+
+    from keras_cait.export import export_onnx
+
+    export_onnx(quantized_model, tmp_path / "cait.onnx")
+    session = onnxruntime.InferenceSession(str(tmp_path / "cait.onnx"))
+    np.testing.assert_allclose(session.run(None, {"images": images})[0], quantized_model.predict(images, verbose=0),
+                               atol=2e-4)
+
+
+@pytest.mark.parametrize("row", FORMATS, ids=lambda row: row.name)
+def test_a_destination_of_the_other_kind_is_refused_and_kept_even_with_overwrite(row, model, tmp_path):
+    """`overwrite=True` swapped a folder named `precious.onnx/` (and what it held) for the file."""
+    path = tmp_path / ("cait/1" if not row.suffix else f"cait{row.suffix}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if row.suffix:
+        path.mkdir()
+        (path / "notes.txt").write_text("kept")
+        there, written = "a folder", "a file"
+    else:
+        path.write_text("kept")
+        there, written = "a file", "a version folder"
+    with pytest.raises(ArgumentError) as raised:
+        row.load()(model, path, overwrite=True)
+    assert str(raised.value) == (f"path={str(path)!r}: is {there}, where the export writes {written}; choose another "
+                                 "path, or move that one away")
+    assert (path / "notes.txt" if row.suffix else path).read_text() == "kept"
+
+
+@pytest.mark.parametrize("row", FORMATS, ids=lambda row: row.name)
+def test_a_destination_inside_a_file_is_refused_before_anything_is_traced(row, model, tmp_path, monkeypatch):
+    (tmp_path / "notes").write_text("kept")
+    path = tmp_path / "notes" / ("cait/1" if not row.suffix else f"cait{row.suffix}")
+    row.load()  # its module, whose inference_form is replaced
+    monkeypatch.setattr(f"{row.module}.inference_form", lambda *args, **kwargs: pytest.fail("traced"))
+    with pytest.raises(ArgumentError) as raised:
+        row.load()(model, path)
+    assert str(raised.value) == (f"path={str(path)!r}: is inside the file {tmp_path / 'notes'}, not a folder; "
+                                 "choose another folder")
+    assert (tmp_path / "notes").read_text() == "kept"
