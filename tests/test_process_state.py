@@ -272,3 +272,15 @@ def test_a_caller_s_own_policy_and_seeded_generators_are_put_back_as_they_were(t
         assert keras.config.dtype_policy().name == "mixed_bfloat16"
     finally:
         keras.config.set_dtype_policy("float32")
+
+
+def test_exporting_leaves_a_root_logger_without_handlers_without_them(tmp_path, monkeypatch):
+    """TensorFlow's first warning while a SavedModel is written gave the root logger a handler, after
+    which a notebook's own `logging.basicConfig(level=logging.INFO)` did nothing."""
+    monkeypatch.setattr(logging.root, "handlers", [])
+    inputs = keras.Input((TINY_SIZE, TINY_SIZE, 3))
+    plain = keras.Model(inputs, keras.layers.Dense(3)(keras.layers.GlobalAveragePooling2D()(inputs)))
+    export.export_saved_model(tiny(), tmp_path / "saved" / "1", class_names=["a", "b", "c"])
+    assert logging.root.handlers == []
+    export.export_openvino(plain, tmp_path / "plain.xml")  # Keras' own export: no CaiT graph to fold
+    assert logging.root.handlers == []

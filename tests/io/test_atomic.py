@@ -164,3 +164,22 @@ def test_write_text_replaces_a_pointer_file_whole(tmp_path):
 
     assert pointer.read_text() == '{"folder": "step-2"}'
     assert os.listdir(tmp_path) == ["latest.json"]
+
+
+def test_a_failed_write_removes_the_folders_it_made_and_only_those(tmp_path):
+    """`export_litert(model, 'new/deep/cait.tflite')` that failed in conversion left `new/deep/`."""
+    with pytest.raises(RuntimeError, match="conversion failed"):
+        with atomic.written_atomically(tmp_path / "new" / "deep" / "cait.tflite"):
+            raise RuntimeError("conversion failed")
+    assert os.listdir(tmp_path) == []
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(RuntimeError):
+        with atomic.written_atomically(tmp_path / "kept" / "new" / "cait.tflite"):
+            (tmp_path / "kept" / "notes.txt").write_text("another writer's")
+            raise RuntimeError("conversion failed")
+    assert sorted(os.listdir(tmp_path / "kept")) == ["notes.txt"]
+    with pytest.raises(RuntimeError):
+        with atomic.written_atomically(tmp_path / "busy" / "deep" / "cait.tflite"):
+            (tmp_path / "busy" / "other.onnx").write_text("another writer's")
+            raise RuntimeError("conversion failed")
+    assert sorted(os.listdir(tmp_path / "busy")) == ["other.onnx"]
