@@ -45,7 +45,9 @@ def test_import_keras_cait_loads_only_inference():
 def test_training_and_the_exporters_load_on_first_use():
     modules = loaded_modules("import keras_cait\nkeras_cait.training.adamw\nkeras_cait.export_onnx", "tensorflow")
     assert {"keras_cait.training", "keras_cait.training.optimizer", "keras_cait.export"} <= modules
-
+    # keras_cait.export.<exporter>, as docs/export.md writes it, right after `import keras_cait`
+    modules = loaded_modules("import keras_cait\nkeras_cait.export.export_onnx", "tensorflow")
+    assert {"keras_cait.export", "keras_cait.export.onnx"} <= modules
 
 
 @pytest.mark.large

@@ -197,3 +197,26 @@ def test_a_destination_inside_a_file_is_refused_before_anything_is_traced(row, m
     assert str(raised.value) == (f"path={str(path)!r}: is inside the file {tmp_path / 'notes'}, not a folder; "
                                  "choose another folder")
     assert (tmp_path / "notes").read_text() == "kept"
+
+
+@pytest.mark.parametrize("row", FORMATS, ids=lambda row: row.name)
+def test_a_model_with_no_inputs_yet_is_refused_naming_it(row, tmp_path):
+    """A Sequential never called on data failed with Keras' bare AttributeError."""
+    unbuilt = keras.Sequential([keras.layers.Dense(3)], name="unbuilt")
+    with pytest.raises(ArgumentError) as raised:
+        row.load()(unbuilt, tmp_path / ("cait/1" if not row.suffix else f"cait{row.suffix}"))
+    assert str(raised.value) == (f"model=<unbuilt>: {row.exporter} takes a built model; this Sequential has no inputs "
+                                 "yet; give it a keras.Input(shape=(224, 224, 3)) first, or call it on images once")
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_cait_without_its_head_is_no_classifier_to_serve(tmp_path):
+    """It said "the model has 32 classes and no names": the width of the class token's features."""
+    from keras_cait.export import export_saved_model
+
+    headless = small_model(include_top=False, pooling="token")
+    with pytest.raises(ArgumentError) as raised:
+        export_saved_model(headless, tmp_path / "cait" / "1")
+    assert str(raised.value).startswith(f"model=<{headless.name}>: outputs (None, {headless.outputs[0].shape[-1]}), "
+                                        "features of a CaiT without its head (include_top=False), not class scores")
+    assert os.listdir(tmp_path) == []
