@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_cait.layers.initializers import linear_kernel
+from keras_cait.layers.trainable import sublayers_follow
 
 
 @keras.saving.register_keras_serializable(package="keras_cait")
@@ -66,6 +67,7 @@ class ClassAttention(keras.layers.Layer):
             dtype=self.dtype_policy,
         )
         self.output_projection.build(input_shape)
+        sublayers_follow(self)
 
     def _split_heads(self, x):
         batch, tokens, channels = ops.shape(x)

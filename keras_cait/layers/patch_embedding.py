@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_cait.layers.initializers import torch_default_uniform
+from keras_cait.layers.trainable import sublayers_follow
 
 
 @keras.saving.register_keras_serializable(package="keras_cait")
@@ -48,6 +49,7 @@ class PatchEmbedding(keras.layers.Layer):
             dtype=self.dtype_policy,
         )
         self.projection.build(input_shape)
+        sublayers_follow(self)
 
     def call(self, images):
         patches = self.projection(images)

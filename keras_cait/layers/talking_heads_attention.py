@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from keras_cait.layers.initializers import linear_kernel
+from keras_cait.layers.trainable import sublayers_follow
 
 FUSED_ATTENTION_VARIABLE = "KERAS_CAIT_FUSED_ATTENTION"
 
@@ -107,6 +108,7 @@ class TalkingHeadsAttention(keras.layers.Layer):
         self.post_softmax_head_mix.build((None, heads))
         self.output_projection.build(input_shape)
         self._freeze_cancelled_bias()
+        sublayers_follow(self)
 
     def _freeze_cancelled_bias(self):
         """The pre-softmax mix's bias is never trained (the softmax cancels it), also after the

@@ -10,6 +10,7 @@ from keras import ops
 
 from keras_cait.layers import ClassAttention, LayerScale, StochasticDepth, TalkingHeadsAttention
 from keras_cait.layers.initializers import linear_kernel
+from keras_cait.layers.trainable import sublayers_follow
 from keras_cait.models import precision
 
 LAYER_NORM_EPSILON = 1e-6
@@ -102,6 +103,7 @@ class _ResidualBlock(keras.layers.Layer):
         self.mlp_layer_scale.build(token_shape)
         # Built here too: compute_output_spec skips call(), and model.quantize() refuses unbuilt layers.
         self.stochastic_depth.build(token_shape)
+        sublayers_follow(self)
 
     def _mlp_residual(self, x, training):
         hidden = self.mlp_dense_1(self.mlp_norm(x))

@@ -11,6 +11,7 @@ from keras_cait.errors import ArgumentError, Named, checked_bool, quietly_caused
 from keras_cait.layers import PatchEmbedding, PositionEmbedding
 from keras_cait.layers.initializers import python_generator_kept
 from keras_cait.layers.position_embedding import resize_position_embedding
+from keras_cait.layers.trainable import set_trainable
 from keras_cait.models.architecture import (
     HEAD_NAME, CaiTModel, checked_classes, checked_drop_path_rate, classifier_head, with_class_names,
 )
@@ -106,7 +107,7 @@ def set_backbone_trainable(model, trainable):
     trainable = checked_bool("trainable", trainable, "True (unfreeze) or False (freeze)")
     check_has_head(model)
     for layer in model.layers:
-        layer.trainable = trainable or layer.name == HEAD_NAME
+        set_trainable(layer, trainable or layer.name == HEAD_NAME)
 
 
 def check_has_head(model):

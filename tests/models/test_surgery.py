@@ -61,6 +61,26 @@ def test_freezing_trains_the_head_only(tiny_cait):
         set_backbone_trainable(keras.Sequential([keras.Input((2,)), keras.layers.Dense(2)]), False)
 
 
+def test_a_frozen_backbone_stays_frozen_through_save_load_and_clone(tiny_cait, tmp_path):
+    """The blocks make their sublayers in `build`, after Keras set `trainable=False` from the saved
+    config: the loaded or cloned model trained every block again, and freezing it once more did
+    nothing on TensorFlow (its tracking skips `layer.trainable = False` where the flag is False)."""
+    model = with_new_head(tiny_cait(include_top=False, pooling="token"), classes=3)
+    set_backbone_trainable(model, False)
+    model.save(tmp_path / "frozen.keras")
+    head = ["predictions/kernel", "predictions/bias"]
+    for copy in (keras.models.load_model(tmp_path / "frozen.keras"), keras.models.clone_model(model)):
+        assert [v.path for v in copy.trainable_weights] == head
+        copy.compile(optimizer=keras.optimizers.SGD(0.1), loss="categorical_crossentropy")
+        before = [w.copy() for w in copy.get_weights()]
+        copy.train_on_batch(np.random.RandomState(0).uniform(0, 255, (2, 32, 32, 3)), np.eye(3)[[0, 1]])
+        changed = [v.path for v, old in zip(copy.weights, before) if not np.array_equal(v.numpy(), old)]
+        assert changed == head
+        set_backbone_trainable(copy, True)
+        set_backbone_trainable(copy, False)  # the flag False already on each layer: the sublayers follow
+        assert [v.path for v in copy.trainable_weights] == head
+
+
 @pytest.mark.parametrize("trainable", ["yes", "False", 2, None])
 def test_freezing_takes_a_bool_and_a_model_naming_what_it_was_given(tiny_cait, trainable):
     model = with_new_head(tiny_cait(include_top=False, pooling="token"), classes=3)
