@@ -111,26 +111,36 @@ def _self_attention_indices(requested, depth):
     return tuple(int(index) for index in indices)
 
 
-def _attention_model(backbone, indices):
-    """The functional model from the backbone's input to the scores it is asked for."""
-    self_blocks = [layer for layer in backbone.layers if isinstance(layer, SelfAttentionBlock)]
-    tapped = {self_blocks[i].name: f"self_attention_{i}" for i in indices}
-    tapped.update(
-        (layer.name, layer.name) for layer in backbone.layers if isinstance(layer, ClassAttentionBlock)
-    )
+def _attention_model(model, indices):
+    """The functional model from `model`'s input to the scores it is asked for. Where the CaiT is
+    nested (a model around it), `model`'s own layers run up to it: a `Rescaling` or `Resizing` in
+    front changes what the CaiT sees."""
+    if _find_backbone(model) is not model:
+        inner = next(layer for layer in model.layers
+                     if isinstance(layer, keras.Model) and _find_backbone(layer) is not None)
+        tapped = _attention_model(inner, indices)
+        replace = {inner: tapped}
+    else:
+        self_blocks = [layer for layer in model.layers if isinstance(layer, SelfAttentionBlock)]
+        names = {self_blocks[i]: f"self_attention_{i}" for i in indices}
+        names.update((layer, layer.name) for layer in model.layers if isinstance(layer, ClassAttentionBlock))
+        replace = {layer: _WithScores(layer) for layer in names}
     scores = {}
 
     def call(layer, *args, **kwargs):
-        if layer.name not in tapped:
+        if layer not in replace:
             return layer(*args, **kwargs)
-        outputs, scores[tapped[layer.name]] = _WithScores(layer)(*args, **kwargs)
+        if isinstance(replace[layer], keras.Model):  # the nested CaiT's own attention model
+            scores.update(replace[layer](*args))
+            return layer(*args, **kwargs)
+        outputs, scores[names[layer]] = replace[layer](*args, **kwargs)
         return outputs
 
     # clone_model would also compile the copy like the original (a new optimizer);
     # an uncompiled view of the same graph avoids that.
-    view = keras.Model(backbone.inputs, backbone.outputs)
+    view = keras.Model(model.inputs, model.outputs)
     replay = keras.models.clone_model(view, clone_function=lambda layer: layer, call_function=call)
-    return keras.Model(replay.inputs, scores, name=f"{backbone.name}_attention")
+    return keras.Model(replay.inputs, scores, name=f"{model.name}_attention")
 
 
 def attention_maps(model, images, self_attention_blocks=None, batch_size=32):
@@ -139,7 +149,8 @@ def attention_maps(model, images, self_attention_blocks=None, batch_size=32):
     Args:
         model: a CaiT model from `build_cait` or a `CaiT_*` constructor, with or
             without its top or preprocessing, or a model that contains one (e.g.
-            a backbone with a new head; the images then go to the backbone).
+            a backbone with a new head, or with `Rescaling` in front: the images go
+            through the model's own layers up to it).
         images: array `(batch, height, width, channels)` as the model takes it
             (0..255 RGB for models that normalise their input themselves).
         self_attention_blocks: None, an index or list of indices into the
@@ -164,14 +175,14 @@ def attention_maps(model, images, self_attention_blocks=None, batch_size=32):
             "no class attention to show", "pass a CaiT built by build_cait or CaiT_*, or a model that contains one",
             usage=True, shown=f"<{type(model).__name__} {model.name!r}>")
     images = np.asarray(images)
-    check_images(images, backbone.input_shape, model.name)  # the model's own check: the fix for each shape
+    check_images(images, model.input_shape, model.name)  # the model's own check: the fix for each shape
     self_blocks = sum(isinstance(layer, SelfAttentionBlock) for layer in backbone.layers)
     indices = _self_attention_indices(self_attention_blocks, self_blocks)
 
-    cached = _ATTENTION_MODELS.setdefault(backbone, {})
+    cached = _ATTENTION_MODELS.setdefault(model, {})
     key = tuple(sorted({i % self_blocks for i in indices}))
     if key not in cached:
-        cached[key] = _attention_model(backbone, key)
+        cached[key] = _attention_model(model, key)
     scores = cached[key].predict(images, batch_size=batch_size, verbose=0)
     scores = {name: np.asarray(value, dtype=np.float32) for name, value in scores.items()}
 

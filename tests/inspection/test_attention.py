@@ -244,6 +244,27 @@ class TestAttentionMaps:
         )
 
 
+    @pytest.mark.large
+    def test_the_layers_in_front_of_a_nested_cait_run_before_it(self, images):
+        """A `Rescaling` in front (Keras' transfer-learning pattern) was skipped: the maps were those of
+        the unscaled images; a `Resizing` in front was refused with the backbone's input size."""
+        backbone = small_cait(seed=12, include_top=False, pooling="token")
+        scaled = keras.Input(INPUT_SHAPE)
+        classifier = keras.Model(scaled, keras.layers.Dense(3)(backbone(keras.layers.Rescaling(255.0)(scaled))))
+        small = keras.Input((INPUT_SHAPE[0] // 2, INPUT_SHAPE[1] // 2, 3))
+        resized = keras.Model(small, backbone(keras.layers.Resizing(*INPUT_SHAPE[:2], interpolation="nearest")(small)))
+        twice = keras.Sequential([keras.Input(INPUT_SHAPE), classifier, keras.layers.Dense(2)])  # nested twice
+        expected = attention_maps(backbone, images, self_attention_blocks=[0, -1])
+        halves = images[:, ::2, ::2]
+        upsampled = np.repeat(np.repeat(halves, 2, axis=1), 2, axis=2)
+        for model, given, truth in ((classifier, images / 255, expected), (twice, images / 255, expected),
+                                    (resized, halves, attention_maps(backbone, upsampled, self_attention_blocks=[0, -1]))):
+            maps = attention_maps(model, given, self_attention_blocks=[0, -1])
+            for got, want in zip(maps.class_attention + [maps.self_attention[-1]],
+                                 truth.class_attention + [truth.self_attention[-1]]):
+                np.testing.assert_allclose(got, want, atol=1e-6)
+
+
 class TestErrors:
     def test_a_model_without_class_attention_is_refused(self, images):
         model = keras.Sequential([keras.Input(INPUT_SHAPE), keras.layers.Flatten(), keras.layers.Dense(3)])
