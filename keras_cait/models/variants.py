@@ -88,6 +88,13 @@ def checked_weights(weights):
         raise ArgumentError("weights", weights, f"a {type(weights).__name__}, not a name or path", weights_allowed(),
                             usage=True)
     if not weights.endswith(WEIGHT_FILES):
+        if weights.endswith(".keras") and os.path.isfile(weights):  # the mirror of load_classifier's model=<checkpoint>
+            raise ArgumentError("weights", weights, "is a whole model (model.save), not weights", [
+                "load it as a model: keras_cait.models.load_classifier(", repr(weights), ") or the command's --model; "
+                "or save its weights with model.save_weights('name.weights.h5') and give that"])
+        if os.path.exists(weights):  # a path, said as one
+            raise ArgumentError("weights", weights, "is a folder" if os.path.isdir(weights) else
+                                "is a file of a kind keras_cait reads no weights from", weights_allowed())
         raise ArgumentError("weights", weights, "unknown weights name", weights_allowed(), usage=True)
     if not os.path.isfile(weights):
         raise ArgumentError("weights", weights, "is a folder" if os.path.isdir(weights) else "no such file",

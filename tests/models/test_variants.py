@@ -285,6 +285,25 @@ def test_variant_without_released_checkpoint_says_so(offline):
     assert "weights=None" in message
 
 
+def test_a_model_file_folder_or_other_file_given_as_weights_is_named_as_what_it_is(offline, tiny_cait, tmp_path):
+    """Each was "unknown weights name", as if the path were a misspelt name."""
+    model_file = str(tmp_path / "best.keras")
+    tiny_cait().save(model_file)
+    (tmp_path / "legacy.h5").write_bytes(b"")
+    allowed = "give weights='imagenet', weights=None or the path of a .safetensors, .pth, .pt or .weights.h5 file"
+    for weights, line in (
+        (model_file, f"weights={model_file!r}: is a whole model (model.save), not weights; load it as a model: "
+                     f"keras_cait.models.load_classifier({model_file!r}) or the command's --model; or save its "
+                     "weights with model.save_weights('name.weights.h5') and give that"),
+        (str(tmp_path), f"weights={str(tmp_path)!r}: is a folder; {allowed}"),
+        (str(tmp_path / "legacy.h5"), f"weights={str(tmp_path / 'legacy.h5')!r}: is a file of a kind keras_cait "
+                                      f"reads no weights from; {allowed}"),
+    ):
+        with pytest.raises(ArgumentError) as error:
+            keras_cait.CaiT_XXS24(weights=weights)
+        assert str(error.value) == line
+
+
 def test_missing_weights_file_names_the_path(offline, tmp_path):
     path = str(tmp_path / "absent.safetensors")
 
