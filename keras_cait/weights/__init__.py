@@ -6,7 +6,7 @@ import os
 import keras
 import numpy as np
 
-from keras_cait.errors import ArgumentError, checked_bool
+from keras_cait.errors import ArgumentError, Named, checked_bool
 from keras_cait.weights.convert import (
     checkpoint_grid, load_state_dict, nonfinite_error, read_checkpoint, timm_key_map,
 )
@@ -33,19 +33,19 @@ def _check_keras_weights_fit(model, path):
     compare the tensor shapes first so that another variant's file is an error."""
     import h5py
 
-    file_shapes = []
+    file_shapes, file_head = [], []
     try:
         with h5py.File(path, "r") as file:
             file.visititems(
-                lambda name, item: file_shapes.append((name, item.shape))
-                if hasattr(item, "shape") and "position_embedding" not in name
-                and not name.startswith("layers/dense/") else None
+                lambda name, item: (file_head if name.startswith("layers/dense/") else file_shapes).append(
+                    (name, item.shape)) if hasattr(item, "shape") and "position_embedding" not in name else None
             )
     except OSError as error:
         raise ValueError(
             f"{path} is not a readable Keras .weights.h5 file ({error}): it is truncated or of "
             "another format. Save the weights again (model.save_weights) or pass the right file."
         ) from error
+    _check_head_fits(model, path, [shape for _, shape in sorted(file_head)])
     position = model.get_layer("position_embedding").embeddings
     head = [w for layer in model.layers if layer.name == "predictions" for w in layer.weights]
     model_shapes = [
@@ -62,6 +62,24 @@ def _check_keras_weights_fit(model, path):
             f"{surplus} that the model lacks, and lacks {lacking}. Is it a checkpoint of "
             "another CaiT variant?"
         )
+
+
+def _check_head_fits(model, path, file_head):
+    """The head of a .weights.h5 file (`file_head`: its Dense's tensor shapes) against the model's:
+    Keras' own error dumped the variable's values. A headless model takes any file's backbone."""
+    heads = [layer for layer in model.layers if layer.name == "predictions"]
+    if not heads:
+        return
+    wanted = heads[0].units
+    if not file_head:
+        raise ArgumentError("weights", path, "holds no head (saved from a model built with include_top=False)",
+                            ["build the model with ", Named("include_top", False), ", then add a head: "
+                             "keras_cait.models.with_new_head(model, classes)"])
+    classes = file_head[0][-1]
+    if classes != wanted:
+        raise ArgumentError("weights", path, f"has a head of {classes} classes, the model one of {wanted}",
+                            ["give ", Named("classes", classes), ", or ", Named("include_top", False),
+                             " to load all but the head"])
 
 
 def _nonfinite_keras_weights(model, path):

@@ -248,6 +248,31 @@ def test_keras_weights_file_of_another_variant_is_refused(tmp_path, tiny_cait, c
         load_weights_file(tiny_cait(**changes), path)
 
 
+def test_keras_weights_file_with_another_head_names_its_classes(tmp_path, tiny_cait):
+    """Keras' own error ("A total of 1 objects could not be loaded", the variable's values dumped)
+    after a UserWarning that the layers would keep their initial weights."""
+    from keras_cait.errors import ArgumentError
+    from keras_cait.models.surgery import with_new_head
+
+    five, headless = str(tmp_path / "five.weights.h5"), str(tmp_path / "headless.weights.h5")
+    tiny_cait(classes=5).save_weights(five)
+    tiny_cait(include_top=False).save_weights(headless)
+    with pytest.raises(ArgumentError) as raised:
+        load_weights_file(tiny_cait(classes=7), five)
+    assert str(raised.value) == (f"weights={five!r}: has a head of 5 classes, the model one of 7; give classes=5, "
+                                 "or include_top=False to load all but the head")
+    with pytest.raises(ArgumentError) as raised:
+        load_weights_file(tiny_cait(classes=7), headless)
+    assert str(raised.value) == (f"weights={headless!r}: holds no head (saved from a model built with "
+                                 "include_top=False); build the model with include_top=False, then add a head: "
+                                 "keras_cait.models.with_new_head(model, classes)")
+    for model in (tiny_cait(classes=5), tiny_cait(include_top=False)):  # the same head, or none: loaded
+        load_weights_file(model, five)
+    tuned = str(tmp_path / "tuned.weights.h5")
+    with_new_head(tiny_cait(include_top=False, pooling="token"), 4).save_weights(tuned)
+    load_weights_file(tiny_cait(classes=4), tuned)
+
+
 def test_timm_checkpoint_conversion_is_strict_about_keys_and_shapes(timm_reference, tiny_cait):
     """A checkpoint that fits the model but for a missing, an extra and a reshaped key."""
     from safetensors.numpy import load_file, save_file
