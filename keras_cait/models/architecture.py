@@ -261,7 +261,9 @@ def build_cait(
     or `input_shape` where one is of the wrong type or out of range, before any layer is built.
     """
     if pooling not in POOLING_MODES:
-        raise ValueError(f"pooling={pooling!r}: must be one of {POOLING_MODES}.")
+        raise ArgumentError("pooling", pooling, "unknown pooling", f"give one of {', '.join(map(repr, POOLING_MODES))}",
+                            usage=True)
+    dtype = precision.checked_dtype(dtype)
     include_top = checked_bool("include_top", include_top, "True (with the head) or False (its features)")
     include_preprocessing = checked_bool("include_preprocessing", include_preprocessing,
                                          "True (it normalises 0..255 RGB itself) or False")

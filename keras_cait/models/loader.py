@@ -42,10 +42,10 @@ from keras_cait.models.architecture import (
 from keras_cait.models.blocks import ClassAttentionBlock
 from keras_cait.models.class_names import class_count
 from keras_cait.models.inputs import checked_image_size
+from keras_cait.models.precision import checked_dtype
 from keras_cait.models.surgery import (
     FEATURE_LAYERS,
     at_resolution,
-    checked_dtype,
     pooled_features,
     with_drop_path_rate,
     with_dtype_policy,

@@ -3,6 +3,8 @@ norms and the head stay float32, as timm's AMP keeps them (`layer_dtype`, the on
 
 import keras
 
+from keras_cait.errors import ArgumentError, quietly_caused
+
 
 def is_mixed(policy):
     """Whether `policy` computes in half precision on float32 variables ("mixed_float16",
@@ -52,3 +54,17 @@ def has_dtype_policy(model, policy):
         layer.dtype_policy.name == keras.dtype_policies.get(layer_dtype(layer.name, policy)).name
         for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)
     )
+
+
+def checked_dtype(dtype, argument="dtype"):
+    """`dtype` as a `keras.DTypePolicy` (None stays None), or an `ArgumentError` naming `argument`
+    and the policies."""
+    if dtype is None:
+        return None
+    try:
+        return keras.dtype_policies.get(dtype)
+    except (ValueError, TypeError) as error:
+        raise quietly_caused(ArgumentError(
+            argument, dtype, "not a Keras dtype policy",
+            "give float32, mixed_float16, mixed_bfloat16, bfloat16, float16 or a keras.DTypePolicy", usage=True),
+            error) from None

@@ -7,7 +7,7 @@ import tempfile
 
 import keras
 
-from keras_cait.errors import ArgumentError, Named, checked_bool, quietly_caused
+from keras_cait.errors import ArgumentError, Named, checked_bool
 from keras_cait.layers import PatchEmbedding, PositionEmbedding
 from keras_cait.layers.initializers import python_generator_kept
 from keras_cait.layers.position_embedding import resize_position_embedding
@@ -17,7 +17,7 @@ from keras_cait.models.architecture import (
 )
 from keras_cait.models.blocks import SelfAttentionBlock
 from keras_cait.models.inputs import checked_image_size
-from keras_cait.models.precision import has_dtype_policy, layer_dtype
+from keras_cait.models.precision import checked_dtype, has_dtype_policy, layer_dtype
 
 FEATURE_LAYERS = ("token_pool", "avg_pool")
 
@@ -55,20 +55,6 @@ def check_model_object(model, needed_by):
     raise ArgumentError("model", model, f"{needed_by} takes a Keras model, not a {type(model).__name__}",
                         "give a keras.Model, e.g. keras_cait.CaiT_XXS24() or keras.models.load_model('name.keras')",
                         usage=True, shown=f"<{type(model).__name__}>")
-
-
-def checked_dtype(dtype, argument="dtype"):
-    """`dtype` as a `keras.DTypePolicy` (None stays None), or an `ArgumentError` naming `argument`
-    and the policies."""
-    if dtype is None:
-        return None
-    try:
-        return keras.dtype_policies.get(dtype)
-    except (ValueError, TypeError) as error:
-        raise quietly_caused(ArgumentError(
-            argument, dtype, "not a Keras dtype policy",
-            "give float32, mixed_float16, mixed_bfloat16, bfloat16, float16 or a keras.DTypePolicy", usage=True),
-            error) from None
 
 
 def with_new_head(model, classes, classifier_activation="softmax", name=None, class_names=None):

@@ -547,6 +547,21 @@ def test_a_constructor_refuses_a_drop_path_rate_outside_0_to_1_naming_it(rate, l
     assert str(refused.value) == line
 
 
+@pytest.mark.parametrize("options, line", [
+    (dict(dtype="bfloat"), "dtype='bfloat': not a Keras dtype policy; give float32, mixed_float16, mixed_bfloat16, "
+                           "bfloat16, float16 or a keras.DTypePolicy"),
+    (dict(include_top=False, pooling="cls"), "pooling='cls': unknown pooling; give one of None, 'token', 'avg'"),
+])
+def test_a_constructor_refuses_a_dtype_or_pooling_it_cannot_build_naming_it(options, line):
+    """Keras' chained error (two tracebacks, `dtype` unnamed) and a plain ValueError before."""
+    from keras_cait.errors import ArgumentError
+
+    with pytest.raises(ArgumentError) as refused:
+        keras_cait.CaiT_XXS24(weights=None, input_shape=(TINY_SIZE, TINY_SIZE, 3), **options)
+    assert str(refused.value) == line
+    assert refused.value.__context__ is None or refused.value.__suppress_context__  # one traceback
+
+
 @pytest.mark.parametrize("size, line", [
     (dict(num_heads=0), "num_heads=0: must be a positive integer; e.g. num_heads=4"),
     (dict(num_heads=5), "num_heads=5: must divide embed_dim=32 into heads of equal width; e.g. one of 1, 2, 4, 8, 16"),
