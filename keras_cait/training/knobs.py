@@ -12,9 +12,10 @@ import dataclasses
 import json
 import math
 import numbers
+import os
 
 from keras_cait.io import atomic
-from keras_cait.errors import ArgumentError, Named
+from keras_cait.errors import ArgumentError, Named, quietly_caused
 
 GROUPS = ("optimizer (AdamW)", "schedule", "augmentation", "regularisation", "distillation")
 
@@ -118,11 +119,37 @@ class Knobs:
 
     @classmethod
     def load(cls, path):
-        """The recipe of a `recipe.json` (a run's, or one written by `save`)."""
+        """The recipe of a `recipe.json` (a run's, or one written by `save`). A file written by hand
+        may give some knobs only: the others are those of the recipe it names (`"recipe":
+        "transfer"`), or DeiT's where it names none (`Recipe()`). A missing file is a `FileNotFoundError`; a file that is no recipe (not JSON,
+        an unknown knob, a value out of range, knobs missing and a recipe named that RECIPES has not) an
+        `ArgumentError` naming `path`."""
+        from keras_cait.training.recipe import RECIPES  # the named recipes, defined with this class's subclass
+
+        path = os.fspath(path)
         with open(path) as file:
-            values = json.load(file)
-        values.pop("recipe", None)
-        return cls(**values)
+            text = file.read()
+        allowed = 'write it with Recipe.save(path), or as JSON {"recipe": "<name>", "<knob>": value, ...}'
+        try:
+            values = json.loads(text)
+        except ValueError as error:
+            raise ArgumentError("path", path, f"is no recipe file: not JSON ({error})", allowed) from None
+        if not isinstance(values, dict):
+            raise ArgumentError("path", path, f"is no recipe file: a JSON {type(values).__name__}, not an object",
+                                allowed)
+        name = values.pop("recipe", None)
+        unknown = sorted(set(values) - set(knobs()))
+        if unknown:
+            raise ArgumentError("path", path, f"has no knob {', '.join(unknown)}", f"its knobs: {', '.join(knobs())}")
+        missing = [knob for knob in knobs() if knob not in values]
+        if missing and name is not None and name not in RECIPES:
+            raise ArgumentError("path", path, f"lacks the knobs {', '.join(missing)} and names the recipe {name!r}, "
+                                "which RECIPES has not, to take them from",
+                                f'give "recipe": one of {", ".join(map(repr, RECIPES))}, or every knob')
+        try:
+            return cls(**{**(RECIPES[name].as_dict() if missing and name is not None else {}), **values})
+        except KnobError as error:
+            raise quietly_caused(ArgumentError("path", path, f"its {error}"), error) from None
 
 
 class KnobError(ArgumentError):

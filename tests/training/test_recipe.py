@@ -12,6 +12,7 @@ from keras_cait.models.architecture import build_cait
 from keras_cait.training import Augmentation, adamw, resume, schedule
 from keras_cait.cli.errors import flag_name
 from keras_cait.errors import ArgumentError, spoken
+from keras_cait.training.knobs import knobs
 from keras_cait.training.recipe import DEIT, RECIPES, KnobError, Recipe
 from keras_cait.training.resume import BackupError, RunRecord
 from tests.conftest import TINY_CAIT
@@ -247,3 +248,34 @@ def test_clip_grad_clips_the_global_norm_as_timm_does():
     for variable, parameter in zip(variables, parameters):
         np.testing.assert_allclose(np.array(variable), parameter.detach().numpy(), rtol=1e-5, atol=1e-7,
                                    err_msg=variable.path)
+
+
+@pytest.mark.parametrize("text, line", [
+    ("", "is no recipe file: not JSON (Expecting value: line 1 column 1 (char 0)); write it with Recipe.save(path), "
+         'or as JSON {"recipe": "<name>", "<knob>": value, ...}'),
+    ("[1, 2]", "is no recipe file: a JSON list, not an object; write it with Recipe.save(path), or as JSON "
+               '{"recipe": "<name>", "<knob>": value, ...}'),
+    ('{"epoch": 3}', f"has no knob epoch; its knobs: {', '.join(knobs())}"),
+    ('{"recipe": "transfer", "lr": -1}', "its lr=-1: must be at least 0; e.g. lr=0.0005"),
+], ids=["empty", "list", "unknown knob", "out of range"])
+def test_a_recipe_file_that_is_no_recipe_is_refused_naming_it(tmp_path, text, line):
+    """A bare JSONDecodeError, Recipe.__init__'s TypeError, `pop expected at most 1 argument`, a
+    KnobError naming no file."""
+    path = tmp_path / "recipe.json"
+    path.write_text(text)
+    with pytest.raises(ArgumentError) as raised:
+        Recipe.load(path)
+    assert str(raised.value) == f"path={str(path)!r}: {line}"
+
+
+def test_a_hand_written_recipe_takes_the_knobs_it_leaves_out_from_the_recipe_it_names(tmp_path):
+    """`{"recipe": "transfer", "lr": 1e-3}` loaded with DeiT's 400 epochs and mixup 0.8."""
+    path = tmp_path / "recipe.json"
+    path.write_text('{"recipe": "transfer", "lr": 0.001}')
+    assert Recipe.load(path) == RECIPES["transfer"].replace(lr=0.001)
+    path.write_text('{"lr": 0.001}')
+    assert Recipe.load(path) == Recipe(lr=0.001)  # no name: DeiT's, as Recipe() and every older run's file
+    path.write_text('{"recipe": "mine", "lr": 0.001}')
+    with pytest.raises(ArgumentError, match="lacks the knobs batch_size, .* and names the recipe 'mine', which RECIPES "
+                                            "has not, to take them from; give \"recipe\": one of 'deit'"):
+        Recipe.load(path)
