@@ -92,6 +92,11 @@ def set_backbone_trainable(model, trainable):
     check_model_object(model, "set_backbone_trainable")
     trainable = checked_bool("trainable", trainable, "True (unfreeze) or False (freeze)")
     check_has_head(model)
+    if any(getattr(layer, "lora_enabled", False) for layer in model._flatten_layers(include_self=False)):
+        raise ArgumentError("model", None, "has LoRA (enable_lora): its LoRA factors and head are what trains, and "
+                            "freezing or unfreezing the backbone around them leaves neither LoRA nor a full "
+                            "fine-tuning", "merge_lora(model) first to fine-tune the whole network", usage=True,
+                            shown=f"<{model.name}>")
     for layer in model.layers:
         set_trainable(layer, trainable or layer.name == HEAD_NAME)
 

@@ -210,8 +210,15 @@ def tfrecords(files, class_names, num_examples=None):
     if not paths:
         raise FileNotFoundError(f"No TFRecord files match {files!r}.")
     examples = tf.data.TFRecordDataset(paths)
-    if num_examples is None:
-        num_examples = int(examples.reduce(0, lambda count, _: count + 1))
+    if num_examples is None:  # one pass that counts the records and checks their labels
+        labels = examples.map(lambda record: _parse_record(record)[1])
+        num_examples, low, high = (int(value) for value in labels.reduce(
+            (0, 2**31 - 1, -(2**31)), lambda state, label: (state[0] + 1, tf.minimum(state[1], label),
+                                                           tf.maximum(state[2], label))))
+        if num_examples and (low < 0 or high >= len(class_names)):
+            raise ArgumentError("class_names", class_names, f"names {len(class_names)} classes, but the records' "
+                                f"labels run from {low} to {high}", f"give one name per label, {high + 1} in index "
+                                "order (a label past the names was trained on as no class)", shown="[...]")
     return ImageSource(examples, _parse_record, num_examples, class_names)
 
 

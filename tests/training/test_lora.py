@@ -162,3 +162,19 @@ def test_an_infinite_alpha_is_refused_naming_alpha(tiny_cait):
                        r"alpha / rank; e\.g\. alpha=8") as refused:
         enable_lora(model, rank=4, alpha=float("inf"))
     assert refused.value.argument == "alpha"
+
+
+def test_freezing_or_unfreezing_the_backbone_of_a_lora_model_is_refused(tiny_cait):
+    """`set_backbone_trainable(model, True)` made the class token, position embedding and final norm
+    trainable while the blocks' kernels stayed frozen: neither LoRA nor a full fine-tuning."""
+    from keras_cait.errors import ArgumentError
+    from keras_cait.training import set_backbone_trainable
+
+    model = enable_lora(with_new_head(tiny_cait(include_top=False, pooling="token"), 3), rank=2)
+    trainable = [v.path for v in model.trainable_weights]
+    for value in (True, False):
+        with pytest.raises(ArgumentError) as refused:
+            set_backbone_trainable(model, value)
+        assert str(refused.value).startswith(f"model=<{model.name}>: has LoRA (enable_lora)")
+        assert str(refused.value).endswith("merge_lora(model) first to fine-tune the whole network")
+        assert [v.path for v in model.trainable_weights] == trainable

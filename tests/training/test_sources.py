@@ -53,6 +53,21 @@ def test_tfrecords_refuse_class_names_that_name_no_class_each_before_reading(tmp
 
 
 @pytest.mark.large
+def test_tfrecords_refuse_class_names_fewer_than_their_labels(folder, tmp_path):
+    """Labels past the names became all-zero rows of the one-hot labels: trained on as no class."""
+    from keras_cait.errors import ArgumentError
+
+    source = sources.image_folder(folder)
+    paths = sources.write_tfrecords(source, str(tmp_path / "digits"))
+    with pytest.raises(ArgumentError) as caught:
+        sources.tfrecords(paths, source.class_names[:3])
+    assert str(caught.value) == ("class_names=[...]: names 3 classes, but the records' labels run from 0 to 9; give "
+                                 "one name per label, 10 in index order (a label past the names was trained on as no "
+                                 "class)")
+    assert sources.tfrecords(paths, source.class_names).num_examples == 100
+
+
+@pytest.mark.large
 def test_tfrecords_round_trip(folder, tmp_path):
     source = sources.image_folder(folder)
     paths = sources.write_tfrecords(source, str(tmp_path / "digits"), num_shards=3)
