@@ -54,7 +54,12 @@ class Recipe(Knobs):
                                       round(self.warmup_epochs * steps_per_epoch), self.warmup_lr, minimum)
 
     def optimizer(self, model, global_batch, steps_per_epoch, head=False):
-        """AdamW on `model` (DeiT's decay set) with the recipe's schedule, clipping and EMA."""
+        """AdamW on `model` (DeiT's decay set) with the recipe's schedule, clipping and EMA.
+
+        With `model_ema` Keras' `fit` puts the moving average (about 25,000 steps long at DeiT's
+        decay) into the model when it ends: pass `callbacks=[MovingAverageFile("ema.keras")]`
+        (`keras_cait.training.callbacks`) to keep the trained weights in the model, as DeiT and
+        the runs do (docs/training.md)."""
         beta_1, beta_2 = self.opt_betas
         return adamw(model, self.learning_rate(global_batch, steps_per_epoch, head), weight_decay=self.weight_decay,
                      beta_1=beta_1, beta_2=beta_2, epsilon=self.opt_eps, global_clipnorm=self.clip_grad,
