@@ -188,16 +188,16 @@ def export(args):
     _check_calibration(output, args)
     _check_model_argument(args, "--top-k")
     check_range("--top-k", args.top_k, 1, example=5)
+    if is_file:  # first: a destination the file system refuses is a failure (1), not a usage error (2)
+        check_writable_file("output", output)
+    else:
+        check_writable_folder("output", output, folder=os.path.dirname(os.path.abspath(output)))
     try:
         exporters.check_destination(output, args.overwrite, args.quantization)
     except ValueError as error:
         raise usage(error) from error
     except FileExistsError as error:
         raise fail(error) from error
-    if is_file:
-        check_writable_file("output", output)
-    else:
-        check_writable_folder("output", output, folder=os.path.dirname(os.path.abspath(output)))
     names = read_class_names("--class-names", args.class_names) if args.class_names else None
     model = _model(args)
     classes = _classes(model, args.model)

@@ -40,7 +40,7 @@ def export_litert(model, path, *, quantization=None, overwrite=False):
     converter's "Ignored output_format." notices are kept off standard error.
     """
     require_tensorflow_backend("export_litert")
-    check_model_object(model, "export_litert")
+    check_model_object(model, "export_litert", inputs=True)
     check_file(path, FORMAT.suffix, overwrite)
     check_quantization(path, quantization)
     check_float_model(model, FORMAT, quantization)

@@ -70,7 +70,7 @@ def export_onnx(model, path, *, quantization=None, overwrite=False, opset_versio
     from the conversion are kept off standard error.
     """
     require_tensorflow_backend("export_onnx")
-    check_model_object(model, "export_onnx")
+    check_model_object(model, "export_onnx", inputs=True)
     check_file(path, FORMAT.suffix, overwrite)
     check_quantization(path, quantization)
     require_extra(FORMAT.exporter, FORMAT.extra, "onnx", "tf2onnx")

@@ -101,7 +101,7 @@ def export_openvino(model, path, *, quantization=None, calibration=None, calibra
         probabilities = compiled(images)[0]
     """
     require_tensorflow_backend("export_openvino")
-    check_model_object(model, "export_openvino")
+    check_model_object(model, "export_openvino", inputs=True)
     check_file(path, FORMAT.suffix, overwrite)
     weights_path = os.fspath(path).removesuffix(FORMAT.suffix) + ".bin"
     check_file(weights_path, ".bin", overwrite)

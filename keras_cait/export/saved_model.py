@@ -104,7 +104,7 @@ def export_saved_model(
     would try to load. Returns `path`.
     """
     require_tensorflow_backend("export_saved_model")
-    check_model_object(model, "export_saved_model")
+    check_model_object(model, "export_saved_model", inputs=True)
     height, width, classes = _classifier_shape(model)
     _check_takes_pixels(model)
     check_version_folder(path, overwrite)  # the arguments in their order: the model, then the path

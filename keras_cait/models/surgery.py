@@ -36,17 +36,16 @@ def pooled_features(model, argument="model"):
     )
 
 
-def check_model_object(model, needed_by):
+def check_model_object(model, needed_by, inputs=False):
     """`model` of `needed_by`, which takes a built Keras model (an exporter, `attention_maps`): a
-    name or a path is refused saying how to load it, anything else naming its type; an
+    name or a path is refused saying how to load it, anything else naming its type; with `inputs`
+    (the exporters, which trace it on its input), a model without inputs yet too. An
     `ArgumentError` naming `model`."""
     if isinstance(model, keras.Model):
-        try:
-            model.inputs
-        except (AttributeError, ValueError):  # a Sequential without an Input, never called on data
+        if inputs and not _has_inputs(model):  # a Sequential without an Input, never called on data
             raise ArgumentError("model", model, f"{needed_by} takes a built model; this {type(model).__name__} has "
                                 "no inputs yet", "give it a keras.Input(shape=(224, 224, 3)) first, or call it on "
-                                "images once", usage=True, shown=f"<{model.name}>") from None
+                                "images once", usage=True, shown=f"<{model.name}>")
         return
     if isinstance(model, (str, os.PathLike)):
         raise ArgumentError("model", os.fspath(model), f"{needed_by} takes a Keras model, not a name or a path",
@@ -55,6 +54,13 @@ def check_model_object(model, needed_by):
     raise ArgumentError("model", model, f"{needed_by} takes a Keras model, not a {type(model).__name__}",
                         "give a keras.Model, e.g. keras_cait.CaiT_XXS24() or keras.models.load_model('name.keras')",
                         usage=True, shown=f"<{type(model).__name__}>")
+
+
+def _has_inputs(model):
+    try:
+        return bool(model.inputs)
+    except (AttributeError, ValueError):  # Keras: "has no defined inputs yet"
+        return False
 
 
 def with_new_head(model, classes, classifier_activation="softmax", name=None, class_names=None):
