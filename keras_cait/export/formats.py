@@ -36,12 +36,12 @@ class Format:
     refusals: dict = dataclasses.field(default_factory=dict, hash=False)  # {mode: why that mode is refused}
     compute_dtypes: tuple = ("float32",)  # the `compute_dtype=` values it takes, float32 first
     calibrated: tuple = ()  # the modes that need `calibration=` images (NNCF's int8)
-    # Why it takes no model that `model.quantize` quantised already; empty where it exports one as it is.
-    quantized_model: str = ""
     # {mode: what it is in this format}, where that is not QUANTIZATION_MODES' description
     modes: dict = dataclasses.field(default_factory=dict, hash=False)
     writes: str = ""  # for docs/export.md: what the destination holds
     runs_on: str = ""  # for docs/export.md: what serves it
+    # Why it takes no model that `model.quantize` quantised already; empty where it exports one as it is.
+    quantized_model: str = ""
 
     def __post_init__(self):
         if not self.exporter.startswith("export_"):

@@ -55,7 +55,6 @@ from keras_cait.images.evaluation_transform import (
     has_image_signature,
 )
 from keras_cait.io.atomic import written_atomically
-from keras_cait.models.architecture import HEAD_NAME
 from keras_cait.models.class_names import checked_class_names, class_count, class_names_of
 from keras_cait.models.surgery import check_model_object
 
@@ -271,9 +270,9 @@ def _classifier_shape(model):
             "with a known height and width, e.g. (None, 224, 224, 3)."
         )
     names = {layer.name for layer in model.layers}
-    if "patch_embedding" in names and HEAD_NAME not in names:  # a CaiT built with include_top=False
-        raise ArgumentError("model", None, f"outputs {tuple(model.outputs[0].shape)}, features of a CaiT without its "
-                            "head (include_top=False), not class scores", "give a classifier: a CaiT with its head, or "
+    if "patch_embedding" in names and not isinstance(model.layers[-1], keras.layers.Dense):  # include_top=False
+        raise ArgumentError("model", None, f"outputs {tuple(model.outputs[0].shape)}, features of a CaiT without a "
+                            "head, not class scores", "give a classifier: a CaiT built with include_top=True, or "
                             "keras_cait.training.with_new_head(model, classes)", usage=True, shown=f"<{model.name}>")
     return input_shape[1], input_shape[2], class_count(model)
 

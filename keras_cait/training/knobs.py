@@ -118,14 +118,18 @@ class Knobs:
         atomic.write_text(path, json.dumps({"recipe": name, **self.as_dict()}, indent=2) + "\n")
 
     @classmethod
+    def named(cls):
+        """The named recipes ({name: recipe}) a recipe file may name; `Recipe`'s are `RECIPES`."""
+        return {}
+
+    @classmethod
     def load(cls, path):
         """The recipe of a `recipe.json` (a run's, or one written by `save`). A file written by hand
         may give some knobs only: the others are those of the recipe it names (`"recipe":
         "transfer"`), or DeiT's where it names none (`Recipe()`). A missing file is a `FileNotFoundError`; a file that is no recipe (not JSON,
         an unknown knob, a value out of range, knobs missing and a recipe named that RECIPES has not) an
         `ArgumentError` naming `path`."""
-        from keras_cait.training.recipe import RECIPES  # the named recipes, defined with this class's subclass
-
+        recipes = cls.named()
         path = os.fspath(path)
         with open(path) as file:
             text = file.read()
@@ -142,12 +146,12 @@ class Knobs:
         if unknown:
             raise ArgumentError("path", path, f"has no knob {', '.join(unknown)}", f"its knobs: {', '.join(knobs())}")
         missing = [knob for knob in knobs() if knob not in values]
-        if missing and name is not None and name not in RECIPES:
+        if missing and name is not None and name not in recipes:
             raise ArgumentError("path", path, f"lacks the knobs {', '.join(missing)} and names the recipe {name!r}, "
                                 "which RECIPES has not, to take them from",
-                                f'give "recipe": one of {", ".join(map(repr, RECIPES))}, or every knob')
+                                f'give "recipe": one of {", ".join(map(repr, recipes))}, or every knob')
         try:
-            return cls(**{**(RECIPES[name].as_dict() if missing and name is not None else {}), **values})
+            return cls(**{**(recipes[name].as_dict() if missing and name is not None else {}), **values})
         except KnobError as error:
             raise quietly_caused(ArgumentError("path", path, f"its {error}"), error) from None
 

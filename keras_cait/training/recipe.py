@@ -65,6 +65,10 @@ class Recipe(Knobs):
                      beta_1=beta_1, beta_2=beta_2, epsilon=self.opt_eps, global_clipnorm=self.clip_grad,
                      use_ema=self.model_ema, ema_momentum=self.model_ema_decay)
 
+    @classmethod
+    def named(cls):
+        return RECIPES
+
     def augmentation(self, image_size, num_classes):
         """The per-image and per-batch augmentation (`training_stream` takes it)."""
         return Augmentation(image_size=image_size, num_classes=num_classes, rand_augment_magnitude=self.randaugment,

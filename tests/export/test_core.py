@@ -218,5 +218,6 @@ def test_a_cait_without_its_head_is_no_classifier_to_serve(tmp_path):
     with pytest.raises(ArgumentError) as raised:
         export_saved_model(headless, tmp_path / "cait" / "1")
     assert str(raised.value).startswith(f"model=<{headless.name}>: outputs (None, {headless.outputs[0].shape[-1]}), "
-                                        "features of a CaiT without its head (include_top=False), not class scores")
+                                        "features of a CaiT without a head, not class scores; give a classifier: "
+                                        "a CaiT built with include_top=True")
     assert os.listdir(tmp_path) == []
