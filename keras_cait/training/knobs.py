@@ -126,9 +126,10 @@ class Knobs:
     def load(cls, path):
         """The recipe of a `recipe.json` (a run's, or one written by `save`). A file written by hand
         may give some knobs only: the others are those of the recipe it names (`"recipe":
-        "transfer"`), or DeiT's where it names none (`Recipe()`). A missing file is a `FileNotFoundError`; a file that is no recipe (not JSON,
-        an unknown knob, a value out of range, knobs missing and a recipe named that RECIPES has not) an
-        `ArgumentError` naming `path`."""
+        "transfer"`), or DeiT's where it names none (`Recipe()`). A missing file is a
+        `FileNotFoundError`; a file that is no recipe (not JSON, an unknown knob, a value out of
+        range, knobs missing and a recipe named that RECIPES has not) an `ArgumentError` naming
+        `path`."""
         recipes = cls.named()
         path = os.fspath(path)
         with open(path) as file:
