@@ -59,6 +59,18 @@ def test_the_runs_load_when_first_read_as_the_readme_calls_them():
                              "assert callable(training.run.finetune)", "tensorflow")
     assert "keras_cait.training.run" in modules
 
+
+@pytest.mark.large
+def test_the_data_modules_load_when_first_read():
+    """docs/training.md: `keras_cait.training.sources.image_folder(...)`, `...stream.training_stream`
+    right after `import keras_cait` (they were an AttributeError unless imported by name)."""
+    modules = loaded_modules("import keras_cait\n"
+                             "assert 'keras_cait.training.sources' not in sys.modules\n"
+                             "assert callable(keras_cait.training.sources.image_folder)\n"
+                             "assert callable(keras_cait.training.stream.training_stream)\n"
+                             "assert callable(keras_cait.training.image_checks.check_images)", "tensorflow")
+    assert {"keras_cait.training.sources", "keras_cait.training.stream", "keras_cait.training.image_checks"} <= modules
+
 # The private imports that have no public counterpart, by file, each with its reason.
 PRIVATE_WITHOUT_PUBLIC = {
     # TensorFlow exports enable_op_determinism alone: a run puts the caller's setting back (off) with

@@ -182,15 +182,19 @@ PUBLIC = {'keras_cait': {'AttentionMaps': '(class_attention: list, class_token_w
                          'distribute': None,
                          'enable_lora': "(model, rank, targets=('qkv', 'query', 'key', 'value', "
                                         "'output_projection'), alpha=None)",
+                         'image_checks': None,
                          'lora': None,
                          'merge_lora': '(model)',
                          'rand_augment': '(magnitude=9, num_ops=2, seed=None)',
                          'random_erasing': '(probability=0.25)',
                          'recipe': None,
                          'resume': None,
+                         'run': None,
                          'scaled_learning_rate': '(global_batch_size, base=0.0005, reference_batch_size=512)',
                          'schedule': None,
                          'set_backbone_trainable': '(model, trainable)',
+                         'sources': None,
+                         'stream': None,
                          'transfer': None,
                          'warmup_cosine': '(peak, total_steps, warmup_steps, warmup_start=1e-06, minimum=1e-05)',
                          'weight_decay_exclusions': '(model)',
@@ -201,6 +205,7 @@ PUBLIC = {'keras_cait': {'AttentionMaps': '(class_attention: list, class_token_w
 # Names a module loads on first use (module `__getattr__`), beyond its `__all__`.
 LAZY = {
     "keras_cait": lambda module: ["training", *importlib.import_module("keras_cait.export").EXPORTERS],
+    "keras_cait.training": lambda module: list(module._READ_WHEN_FIRST_USED),
 }
 
 

@@ -69,9 +69,13 @@ __all__ = [
 ]
 
 
+# What reads data with tf.data: imported when first read (`training.run.finetune(...)`,
+# `training.sources.image_folder(...)`), not with the pieces above, which a `model.fit` of one's
+# own uses without them.
+_READ_WHEN_FIRST_USED = ("run", "sources", "stream", "image_checks")
+
+
 def __getattr__(name):
-    # The runs read data with tf.data: imported when first read (`training.run.finetune(...)`), not
-    # with the pieces above, which a `model.fit` of one's own uses without them.
-    if name == "run":
-        return importlib.import_module("keras_cait.training.run")
+    if name in _READ_WHEN_FIRST_USED:
+        return importlib.import_module(f"keras_cait.training.{name}")
     raise AttributeError(f"module 'keras_cait.training' has no attribute {name!r}")

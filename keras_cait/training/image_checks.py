@@ -28,7 +28,7 @@ from keras_cait.images.evaluation_transform import (
     header_fault,
 )
 from keras_cait.io.stderr import load_tensorflow
-from keras_cait.training.sources import ImageSource, paths_and_labels
+from keras_cait.training.sources import NOT_AN_IMAGE, ImageSource, paths_and_labels
 
 tf = load_tensorflow()
 
@@ -369,7 +369,7 @@ def _named(argument, value):
 # assertion (`keras_cait.images.evaluation_transform.decode_image`).
 _DECODE_ERROR = re.compile(
     r"\b(Decode(Image|Jpeg|AndCropJpeg|Png|Gif|Bmp|WebP)|ExtractJpegShape)\b|Unknown image file format"
-    r"|Invalid (JPEG|PNG|GIF) data|Invalid PNG|pixels; at most [\d,]+ are decoded"
+    r"|Invalid (JPEG|PNG|GIF) data|Invalid PNG|pixels; at most [\d,]+ are decoded|" + re.escape(NOT_AN_IMAGE)
 )
 # The search after a decode error stops after this many undecodable examples are found.
 BAD_IMAGES_SEARCHED = 20

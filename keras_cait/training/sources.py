@@ -17,7 +17,9 @@ import numpy as np
 
 from keras_cait import deprecation
 from keras_cait.errors import ArgumentError, Named, counted, listed, repeated
-from keras_cait.images.evaluation_transform import IMAGE_EXTENSIONS, IMAGE_FORMATS, is_image_file_name
+from keras_cait.images.evaluation_transform import (
+    HEADER_BYTES, IMAGE_EXTENSIONS, IMAGE_FORMATS, has_image_signature, is_image_file_name,
+)
 from keras_cait.io.atomic import written_atomically
 from keras_cait.io.stderr import load_tensorflow
 
@@ -125,13 +127,33 @@ def image_folder(directory):
     examples = tf.data.Dataset.from_tensor_slices((paths, tf.constant(labels, tf.int32)))
     return ImageSource(
         examples,
-        lambda path, label: (tf.io.read_file(path), label),
+        lambda path, label: (read_image_file(path), label),
         len(paths),
         class_names,
         in_memory=True,
         folder=directory,
         skipped=tuple(skipped),
     )
+
+
+# How the streams' error names a file of an image folder that is no image (`read_image_file`).
+NOT_AN_IMAGE = f"is not an image file: its first bytes are those of no {IMAGE_FORMATS} file"
+
+
+def read_image_file(path):
+    """The bytes of the file `path` (a string tensor), where its first bytes are those of an image
+    format read; else INVALID_ARGUMENT naming the file (TensorFlow's decoders name none), so that
+    a stream of one's own fails saying which file. A file that starts as an image but is cut short
+    fails in the decoder: `image_checks.check_images(source)` finds those before a run."""
+    encoded = tf.io.read_file(path)
+    check = tf.debugging.Assert(
+        has_image_signature(tf.strings.substr(encoded, 0, HEADER_BYTES)),
+        [path, f"{NOT_AN_IMAGE}; keras_cait.training.image_checks.check_images(source) lists every "
+               "file of a source that cannot be decoded"],
+        summarize=1,
+    )
+    with tf.control_dependencies([check]):
+        return tf.identity(encoded)
 
 
 def _others(paths):

@@ -9,8 +9,11 @@ reference's evaluation transform (`keras_cait.images.evaluation_transform`).
 """
 
 import math
+import numbers
 
-from keras_cait.errors import ArgumentError, Named, checked_count, listed
+import numpy
+
+from keras_cait.errors import ArgumentError, Named, checked_bool, checked_count, counted, listed
 from keras_cait.images.evaluation_transform import (
     check_crop_pct, decode_image, decoded_size, evaluation_transform, target_size,
 )
@@ -70,6 +73,7 @@ def evaluation_dataset(source, image_size, batch_size, crop_pct=1.0, one_hot=Fal
     """
     sources.checked_source(source, "evaluation_dataset")
     _check_batch_size(batch_size)
+    one_hot, cache = checked_bool("one_hot", one_hot), checked_bool("cache", cache)
     target_size(image_size), check_crop_pct(crop_pct)  # checked here, not inside the tf.data function
     num_classes = source.num_classes
 
@@ -114,11 +118,18 @@ def steps_per_epoch(source, batch_size):
     _check_batch_size(batch_size)
     steps = source.num_examples // batch_size
     if steps == 0:
-        raise ValueError(
-            f"batch_size={batch_size} is larger than the {source.num_examples} training images; "
-            f"use a batch of at most {source.num_examples}."
-        )
+        raise ArgumentError("batch_size", batch_size, f"is larger than the {source.num_examples} training images",
+                            f"use a batch of at most {source.num_examples}")
     return steps
+
+
+def _checked_seed(seed):
+    """`seed` as an int where it is an integer (numpy's too, not a bool) that an int64 holds."""
+    integer = not isinstance(seed, (bool, numpy.bool_)) and isinstance(seed, numbers.Integral)
+    if integer and -2**63 <= seed < 2**63:
+        return int(seed)
+    raise ArgumentError("seed", seed, "must be an integer" + ("" if integer else f", not {type(seed).__name__}"),
+                        ["e.g. ", Named("seed", 0)], usage=True)
 
 
 def training_stream(
@@ -168,7 +179,17 @@ def training_stream(
                              Named("num_classes", source.num_classes), "), or a recipe's ",
                              "augmentation(image_size, source.num_classes)"],
                             usage=True, shown=f"<Augmentation of {augmentation.num_classes} classes>")
+    epochs = checked_count("epochs", epochs, 300)
+    seed = _checked_seed(seed)
+    start_step = checked_count("start_step", start_step, 0, minimum=0, note=", the steps a resumed run has done")
+    if shuffle_buffer is not None:
+        shuffle_buffer = checked_count("shuffle_buffer", shuffle_buffer, 10_000, note=" or None")
+    cache = checked_bool("cache", cache)
     steps = steps_per_epoch(source, batch_size)
+    if start_step > steps * epochs:
+        raise ArgumentError("start_step", start_step,
+                            f"is past the run's end: {counted(epochs, 'epoch')} of {steps} steps are {steps * epochs} steps",
+                            f"give a step from 0 to {steps * epochs}", usage=True)
     examples_per_epoch = steps * batch_size
     first_epoch, first_batch = divmod(start_step, steps)
     examples, load = source.examples, source.load

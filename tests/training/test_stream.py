@@ -81,7 +81,7 @@ def test_the_full_recipe_runs(folder):
     images, labels = next(iter(stream.training_stream(source, augmentation, 8, 1, seed=0)))
     assert images.shape == (8, 32, 32, 3) and labels.shape == (8, 10)
     assert np.all(np.isfinite(images.numpy()))
-    with pytest.raises(ValueError, match="batch_size=128 is larger than the 100"):
+    with pytest.raises(ValueError, match="batch_size=128: is larger than the 100"):
         stream.training_stream(source, augmentation, 128, 1)
 
 
@@ -155,6 +155,59 @@ def test_a_stream_given_a_path_no_augmentation_or_a_batch_that_cannot_work_names
         with pytest.raises(ValueError) as caught:
             call()
         assert str(caught.value) == line
+
+
+@pytest.mark.parametrize("changes, line", [
+    # Before: TypeError "Cannot convert '2' to EagerTensor of dtype int64", Keras' "Argument `seed` must be an
+    # integer", an empty stream for a start past the end, and TensorFlow's errors from inside tf.data.
+    (dict(epochs="2"), "epochs='2': must be a positive integer, not str; e.g. epochs=300"),
+    (dict(epochs=1.5), "epochs=1.5: must be a positive integer, not float; e.g. epochs=300"),
+    (dict(epochs=0), "epochs=0: must be a positive integer; e.g. epochs=300"),
+    (dict(seed="1"), "seed='1': must be an integer, not str; e.g. seed=0"),
+    (dict(seed=True), "seed=True: must be an integer, not bool; e.g. seed=0"),
+    (dict(seed=2**63), f"seed={2**63}: must be an integer; e.g. seed=0"),
+    (dict(start_step=-1), "start_step=-1: must be a non-negative integer, the steps a resumed run has done; "
+                          "e.g. start_step=0"),
+    (dict(epochs=2, start_step=13), "start_step=13: is past the run's end: 2 epochs of 6 steps are 12 steps; "
+                                    "give a step from 0 to 12"),
+    (dict(shuffle_buffer=-3), "shuffle_buffer=-3: must be a positive integer or None; e.g. shuffle_buffer=10000"),
+    (dict(cache="no"), "cache='no': must be True or False, not str"),
+    (dict(batch_size=101), "batch_size=101: is larger than the 100 training images; use a batch of at most 100"),
+])
+def test_a_training_stream_s_run_arguments_are_checked_when_it_is_made(folder, changes, line):
+    from keras_cait.errors import ArgumentError
+
+    source = sources.image_folder(folder)
+    arguments = {"batch_size": 16, "epochs": 1, **changes}
+    with pytest.raises(ArgumentError) as caught:
+        stream.training_stream(source, Augmentation(32, 10, **NO_AUGMENTATION), **arguments)
+    assert str(caught.value) == line and caught.value.argument == line.split("=")[0]
+
+
+def test_a_stream_that_starts_at_the_run_s_end_is_empty(folder):
+    """A resumed run that had finished: every step done, nothing left to yield."""
+    source = sources.image_folder(folder)
+    augmentation = Augmentation(32, 10, **NO_AUGMENTATION)
+    assert stream_images(source, augmentation, batch_size=16, epochs=2, seed=0, start_step=12) == []
+    assert len(stream_images(source, augmentation, batch_size=16, epochs=2, seed=0, start_step=11)) == 1
+
+
+def test_a_file_of_a_folder_that_is_no_image_is_named_by_the_streams(tmp_path, digits):
+    """TensorFlow's decoder says "Unknown image file format" and names no file; a stream of one's own
+    fed to model.fit named none either."""
+    folder = digits(tmp_path / "photos", per_class=2, size=8, classes=range(2))
+    fake = tmp_path / "photos" / "1" / "notes.jpg"
+    fake.write_text("not an image, whatever its name says")
+    source = sources.image_folder(folder)
+    for dataset in (stream.training_stream(source, Augmentation(8, 2, **NO_AUGMENTATION), 5, 1),
+                    stream.evaluation_dataset(source, 8, 5)):
+        with pytest.raises(tf.errors.InvalidArgumentError) as caught:
+            for _ in dataset:
+                pass
+        assert f"[{fake}] [{sources.NOT_AN_IMAGE};" in caught.value.message
+    with pytest.raises(tf.errors.InvalidArgumentError, match="notes.jpg"):
+        sources.write_tfrecords(source, str(tmp_path / "records"))
+    assert not list(tmp_path.glob("records*"))  # nothing half-written
 
 
 @pytest.mark.parametrize("num_classes", [9, 11])
