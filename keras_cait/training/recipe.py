@@ -18,7 +18,10 @@ A run writes the recipe it ran to `recipe.json` beside its model (`Recipe.load` 
 
 import dataclasses
 import difflib
+import numbers
 
+from keras_cait.errors import ArgumentError, Named, checked_bool
+from keras_cait.models.surgery import check_model_object
 from keras_cait.training import schedule
 from keras_cait.training.augment import Augmentation
 # What the command line reads of the knobs, here with the recipes.
@@ -38,11 +41,13 @@ class Recipe(Knobs):
 
     def peak_lr(self, global_batch, head=False):
         """The peak rate of a run with `global_batch` images per step (the head's with `head`)."""
+        global_batch, _, head = self._checked_run(global_batch, 1, head)
         return schedule.scaled_learning_rate(global_batch, self.head_lr if head else self.lr, self.lr_batch)
 
     def learning_rate(self, global_batch, steps_per_epoch, head=False):
         """The rate schedule of the whole-network epochs (or, with `head`, of the head epochs: a
         cosine over them without warmup)."""
+        global_batch, steps_per_epoch, head = self._checked_run(global_batch, steps_per_epoch, head)
         peak = self.peak_lr(global_batch, head)
         minimum = min(self.min_lr, peak)
         if head:
@@ -60,6 +65,8 @@ class Recipe(Knobs):
         decay) into the model when it ends: pass `callbacks=[MovingAverageFile("ema.keras")]`
         (`keras_cait.training.callbacks`) to keep the trained weights in the model, as DeiT and
         the runs do (docs/training.md)."""
+        check_model_object(model, "Recipe.optimizer")
+        self._checked_run(global_batch, steps_per_epoch, head)
         beta_1, beta_2 = self.opt_betas
         return adamw(model, self.learning_rate(global_batch, steps_per_epoch, head), weight_decay=self.weight_decay,
                      beta_1=beta_1, beta_2=beta_2, epsilon=self.opt_eps, global_clipnorm=self.clip_grad,
@@ -69,12 +76,32 @@ class Recipe(Knobs):
     def named(cls):
         return RECIPES
 
+    def _checked_run(self, global_batch, steps_per_epoch, head):
+        """`(global_batch, steps_per_epoch, head)` of the methods above, each refused in its own name
+        (the schedule's functions would name theirs: `global_batch_size`, `total_steps`)."""
+        head = checked_bool("head", head, "True (the head-only epochs) or False (the whole network's)")
+        if head and not self.head_epochs:
+            raise ArgumentError("head", head, ["this recipe has no head-only epochs (", Named("head_epochs", 0), ")"],
+                                ["give it some, recipe.replace(", Named("head_epochs", 2), "), or use head=False"],
+                                usage=True)
+        return _whole("global_batch", global_batch, 512), _whole("steps_per_epoch", steps_per_epoch, 2502), head
+
     def augmentation(self, image_size, num_classes):
         """The per-image and per-batch augmentation (`training_stream` takes it)."""
         return Augmentation(image_size=image_size, num_classes=num_classes, rand_augment_magnitude=self.randaugment,
                             random_erasing=self.reprob, mixup_alpha=self.mixup, cutmix_alpha=self.cutmix,
                             switch_prob=self.mixup_switch_prob, label_smoothing=self.smoothing,
                             repeats=self.repeated_aug)
+
+
+def _whole(argument, value, example):
+    """`value` where it is a positive whole number (`64.0` too, as the schedule's functions take it: a
+    config's float), else an `ArgumentError` naming `argument`."""
+    number = not isinstance(value, bool) and isinstance(value, numbers.Real)
+    if number and value > 0 and float(value).is_integer():
+        return value
+    raise ArgumentError(argument, value, "must be a positive whole number" + ("" if number else
+                        f", not {type(value).__name__}"), ["e.g. ", Named(argument, example)], usage=True)
 
 
 DEIT = Recipe()

@@ -71,6 +71,41 @@ def test_the_optimizer_a_recipe_builds_has_every_knob(name):
         global_batch, head=True)), rel=1e-5)
 
 
+@pytest.mark.parametrize("call, line", [
+    # Before: the schedule's own names (global_batch_size=0, total_steps=0 for a recipe without head
+    # epochs) and adamw's ("adamw takes a Keras model"), none of them an argument the caller gave.
+    (lambda recipe, model: recipe.optimizer(model, 0, 10), "global_batch=0: must be a positive whole number; "
+                                                          "e.g. global_batch=512"),
+    (lambda recipe, model: recipe.optimizer(model, "64", 10), "global_batch='64': must be a positive whole number, "
+                                                             "not str; e.g. global_batch=512"),
+    (lambda recipe, model: recipe.optimizer(model, 64, 1.5), "steps_per_epoch=1.5: must be a positive whole number; "
+                                                            "e.g. steps_per_epoch=2502"),
+    (lambda recipe, model: recipe.optimizer(model, 64, 10, head=True),
+     "head=True: this recipe has no head-only epochs (head_epochs=0); give it some, recipe.replace(head_epochs=2), "
+     "or use head=False"),
+    (lambda recipe, model: recipe.optimizer(model, 64, 10, head="yes"),
+     "head='yes': must be True (the head-only epochs) or False (the whole network's), not str"),
+    (lambda recipe, model: recipe.optimizer("best.keras", 64, 10),
+     "model='best.keras': Recipe.optimizer takes a Keras model, not a name or a path; load it first: "
+     "keras_cait.models.load_classifier('best.keras')"),
+    (lambda recipe, model: recipe.learning_rate(-8, 10), "global_batch=-8: must be a positive whole number; "
+                                                        "e.g. global_batch=512"),
+    (lambda recipe, model: recipe.peak_lr(None), "global_batch=None: must be a positive whole number, not NoneType; "
+                                                "e.g. global_batch=512"),
+])
+def test_what_a_recipe_builds_refuses_its_arguments_in_their_own_names(call, line):
+    model = build_cait(**TINY_CAIT, input_shape=(32, 32, 3), classes=3)
+    with pytest.raises(ArgumentError) as caught:
+        call(RECIPES["deit"], model)
+    assert str(caught.value) == line
+
+
+def test_what_a_recipe_builds_takes_a_config_s_whole_float_as_before():
+    assert RECIPES["deit"].peak_lr(64.0) == RECIPES["deit"].peak_lr(64)
+    schedule_of = RECIPES["transfer"].learning_rate(32.0, 10.0, head=True)
+    assert float(schedule_of(3)) == float(RECIPES["transfer"].learning_rate(32, 10, head=True)(3))
+
+
 def test_replace_save_load_and_differences_name_the_knobs(tmp_path):
     recipe = RECIPES["deit"].replace(epochs=30, opt_betas=(0.8, 0.99))
     assert recipe.epochs == 30 and RECIPES["deit"].epochs == 400  # frozen: a copy
