@@ -11,8 +11,9 @@ needs the TensorFlow backend; the training stream does not go through `call`.
 import math
 
 import keras
+import numpy
 
-from keras_cait.errors import checked_count, checked_number
+from keras_cait.errors import ArgumentError, checked_count, checked_number
 
 
 def cutmix_probability(mixup_alpha, cutmix_alpha, switch_prob):
@@ -94,6 +95,23 @@ def mix_labels(labels, transformation, num_classes, label_smoothing, ops=keras.o
     return lam * labels + (1.0 - lam) * ops.flip(labels, axis=0)
 
 
+def _static_shape(tensor):
+    """The shape as known before the values (None where a traced dimension is not)."""
+    shape = tensor.shape if hasattr(tensor, "shape") else numpy.shape(tensor)
+    return tuple(None if size is None else int(size) for size in shape)
+
+
+def _values_at_hand(tensor):
+    """`tensor` as a numpy array where its values are at hand (eager, numpy), else None (traced by
+    tf.function, tf.data or jax.jit)."""
+    if isinstance(tensor, (numpy.ndarray, list, tuple)):
+        return numpy.asarray(tensor)
+    try:
+        return keras.ops.convert_to_numpy(tensor)
+    except Exception:  # a symbolic tensor: its values come when the graph runs
+        return None
+
+
 @keras.saving.register_keras_serializable(package="keras_cait")
 class MixupCutmix(keras.layers.Layer):
     """Mixes each batch with itself reversed, by mixup or by cutmix, and returns soft labels.
@@ -167,12 +185,53 @@ class MixupCutmix(keras.layers.Layer):
         """How often a batch gets cutmix rather than mixup."""
         return cutmix_probability(self.mixup_alpha, self.cutmix_alpha, self.switch_prob)
 
+    def __call__(self, *args, **kwargs):
+        # Checked before Keras' call, which would rewrap the ArgumentError as a RuntimeError.
+        self._check_data(args[0] if args else kwargs.get("data"))
+        return super().__call__(*args, **kwargs)
+
     def call(self, data, training=True):
         transformation = self.get_random_transformation(data, training=training)
         return {
             "images": self.transform_images(data["images"], transformation, training=training),
             "labels": self.transform_labels(data["labels"], transformation, training=training),
         }
+
+    def _check_data(self, data):
+        """An `ArgumentError` naming `data` where it cannot be mixed as asked: not a dict of images and
+        labels, images that are no batch, labels of another width or count, or (where their values
+        are at hand, not inside a traced function) a class index past `num_classes`. Each of these
+        was mixed silently into labels that do not sum to 1, or failed deep inside the mixing."""
+        wanted = 'a dict {"images": (B, H, W, C), "labels": (B,) class indices or (B, K) one-hot}'
+        example = 'e.g. mix({"images": images, "labels": labels})'
+        if not isinstance(data, dict):
+            what = "images alone: the labels are mixed with them" if hasattr(data, "shape") else \
+                f"a {type(data).__name__}"
+            raise ArgumentError("data", data, f"MixupCutmix takes {wanted}, not {what}", example, usage=True,
+                                shown=f"<{type(data).__name__}>")
+        missing = [key for key in ("images", "labels") if key not in data]
+        if missing:
+            raise ArgumentError("data", data, f"has no {' or '.join(map(repr, missing))}; MixupCutmix takes {wanted}",
+                                example, usage=True, shown=f"<dict of {', '.join(map(repr, data))}>")
+        images, labels = data["images"], data["labels"]
+        image_shape, label_shape = _static_shape(images), _static_shape(labels)
+        shown = f"<images {image_shape}, labels {label_shape}>"
+        if len(image_shape) != 4:
+            raise ArgumentError("data", data, f"its images of shape {image_shape} are no batch", "they must be "
+                                "(B, H, W, C): batch them first", usage=True, shown=shown)
+        one_hot = len(label_shape) == 2 and label_shape[1] == self.num_classes
+        if len(label_shape) != 1 and not one_hot:
+            raise ArgumentError("data", data, f"its labels of shape {label_shape} are neither (B,) class indices nor "
+                                f"(B, {self.num_classes}) one-hot labels of num_classes={self.num_classes}", usage=True,
+                                shown=shown)
+        if None not in (image_shape[0], label_shape[0]) and image_shape[0] != label_shape[0]:
+            raise ArgumentError("data", data, f"has {label_shape[0]} labels for {image_shape[0]} images",
+                                "give one label per image", usage=True, shown=shown)
+        indices = None if one_hot else _values_at_hand(labels)
+        if indices is not None and indices.size and not (0 <= indices.min() and indices.max() < self.num_classes):
+            wrong = int(indices.max()) if indices.max() >= self.num_classes else int(indices.min())
+            raise ArgumentError("data", data, f"holds the class index {wrong}, outside num_classes={self.num_classes}",
+                                f"class indices are 0 to {self.num_classes - 1}", shown=shown)
 
     def get_random_transformation(self, data, training=True):
         """Draws the mixing of one batch (see `transformation_from_draws`); None at inference."""

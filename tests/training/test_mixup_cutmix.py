@@ -104,6 +104,45 @@ def test_bad_arguments_are_explained():
         MixupCutmix(CLASSES, label_smoothing=1.5)
 
 
+_WANTED = 'MixupCutmix takes a dict {"images": (B, H, W, C), "labels": (B,) class indices or (B, K) one-hot}'
+
+
+@pytest.mark.parametrize("data, line", [
+    # Before: a class index past num_classes, one-hot labels of another width, (B, 1) indices and fewer
+    # labels than images were all mixed silently into labels that do not sum to 1; the rest failed inside
+    # the mixing (Pack, SelectV2, a KeyError), rewrapped by Keras as a RuntimeError.
+    (lambda x, y: (x, y), f'data=<tuple>: {_WANTED}, not a tuple; e.g. mix({{"images": images, "labels": labels}})'),
+    (lambda x, y: x, f"data=<ndarray>: {_WANTED}, not images alone: the labels are mixed with them; "
+                     'e.g. mix({"images": images, "labels": labels})'),
+    (lambda x, y: {"images": x}, f"data=<dict of 'images'>: has no 'labels'; {_WANTED}; "
+                                 'e.g. mix({"images": images, "labels": labels})'),
+    (lambda x, y: {"images": x[0], "labels": y}, "data=<images (16, 16, 3), labels (4,)>: its images of shape "
+                                                 "(16, 16, 3) are no batch; they must be (B, H, W, C): batch them first"),
+    (lambda x, y: {"images": x, "labels": np.eye(CLASSES + 1)[y]},
+     f"data=<images (4, 16, 16, 3), labels (4, {CLASSES + 1})>: its labels of shape (4, {CLASSES + 1}) are neither "
+     f"(B,) class indices nor (B, {CLASSES}) one-hot labels of num_classes={CLASSES}"),
+    (lambda x, y: {"images": x, "labels": y[:, None]},
+     f"data=<images (4, 16, 16, 3), labels (4, 1)>: its labels of shape (4, 1) are neither (B,) class indices nor "
+     f"(B, {CLASSES}) one-hot labels of num_classes={CLASSES}"),
+    (lambda x, y: {"images": x, "labels": y[:3]},
+     "data=<images (4, 16, 16, 3), labels (3,)>: has 3 labels for 4 images; give one label per image"),
+    (lambda x, y: {"images": x, "labels": tf.constant([0, 1, 2, CLASSES])},
+     f"data=<images (4, 16, 16, 3), labels (4,)>: holds the class index {CLASSES}, outside num_classes={CLASSES}; "
+     f"class indices are 0 to {CLASSES - 1}"),
+    (lambda x, y: {"images": x, "labels": [0, -1, 2, 3]},
+     f"data=<images (4, 16, 16, 3), labels (4,)>: holds the class index -1, outside num_classes={CLASSES}; "
+     f"class indices are 0 to {CLASSES - 1}"),
+])
+def test_data_that_cannot_be_mixed_as_asked_is_refused_naming_what_is_wrong(data, line):
+    from keras_cait.errors import ArgumentError
+
+    images, labels = batch()
+    for training in (True, False):
+        with pytest.raises(ArgumentError) as caught:
+            MixupCutmix(CLASSES, seed=0)(data(images, labels), training=training)
+        assert str(caught.value) == line
+
+
 @pytest.mark.parametrize(
     "switch, lam, cy, cx",
     [(0.2, 0.7, 5, 9), (0.2, 0.3, 0, 19), (0.2, 0.05, 11, 0), (0.2, 0.999, 6, 10),
