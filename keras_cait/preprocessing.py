@@ -23,7 +23,9 @@ def preprocess_input(x, include_preprocessing=True):
     (`include_preprocessing=True`), so then this is the identity, as for
     keras.applications' ConvNeXt and EfficientNet. For a model built with
     `include_preprocessing=False`, pass `include_preprocessing=False` here to get
-    `(x / 255 - mean) / std` with the ImageNet mean and std.
+    `(x / 255 - mean) / std` with the ImageNet mean and std, float32: a numpy array for an
+    array or a list, a tensor of the Keras backend for a tensor (inside `tf.data.Dataset.map`
+    too, on TensorFlow), as keras.applications' `preprocess_input` returns them.
     """
     if checked_bool("include_preprocessing", include_preprocessing,
                     "True (the model normalises its input itself) or False (normalised here)"):
@@ -31,8 +33,13 @@ def preprocess_input(x, include_preprocessing=True):
     if x is None or isinstance(x, (str, bytes)):
         raise ArgumentError("x", x, "must be images, 0..255 RGB (an array or a tensor), not "
                             f"{type(x).__name__}", "e.g. load_image(path, 224)[None]", usage=True)
-    x = np.asarray(x, dtype="float32") / 255.0
-    return (x - np.array(IMAGENET_MEAN, "float32")) / np.array(IMAGENET_STD, "float32")
+    if isinstance(x, (np.ndarray, np.generic, list, tuple, int, float)):
+        x = np.asarray(x, dtype="float32") / 255.0
+        return (x - np.array(IMAGENET_MEAN, "float32")) / np.array(IMAGENET_STD, "float32")
+    import keras  # a tensor, symbolic too: np.asarray cannot read one inside a traced function
+
+    x = keras.ops.cast(x, "float32") / 255.0
+    return (x - keras.ops.array(IMAGENET_MEAN, "float32")) / keras.ops.array(IMAGENET_STD, "float32")
 
 
 def load_image(path, image_size=224, crop_pct=1.0):

@@ -131,6 +131,20 @@ def test_preprocess_input_without_model_preprocessing_is_timms_normalisation():
     np.testing.assert_allclose(normalised[0], torch.permute(expected, (1, 2, 0)).numpy(), atol=1e-6)
 
 
+def test_preprocess_input_takes_tensors_inside_tf_data_as_keras_applications_does():
+    """It read every input with np.asarray, which fails on the symbolic tensors of a `Dataset.map`."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(int(np.random.default_rng().integers(1 << 31)))
+    images = rng.integers(0, 256, (3, 5, 7, 3)).astype(rng.choice(["uint8", "float32"]))
+    expected = preprocess_input(images, include_preprocessing=False)
+    eager = preprocess_input(tf.constant(images), include_preprocessing=False)
+    mapped = tf.data.Dataset.from_tensor_slices(images).map(lambda image: preprocess_input(image, False))
+    assert keras.ops.is_tensor(eager) and eager.dtype == "float32"
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(eager), expected, rtol=1e-6)
+    np.testing.assert_allclose(np.stack([image.numpy() for image in mapped]), expected, rtol=1e-6)
+
+
 def test_model_preprocessing_equals_preprocess_input(timm_reference, tiny_cait):
     path = timm_reference.save(timm_reference.tiny_model())
     images = timm_reference.images(2, timm_reference.tiny_size)
