@@ -64,7 +64,9 @@ class CaiTModel(keras.Model):
       predict` and `evaluate` use them. None (the default) where nobody named
       them; ImageNet models leave them None and `class_names_of` or
       `decode_predictions` name their 1000 classes. `with_class_names` names
-      the classes of any functional classifier.
+      the classes of any functional classifier. `keras.models.clone_model`
+      makes its clone from the inputs and outputs alone, so the clone's are
+      None: `clone.class_names = model.class_names`.
 
     Example:
         model = keras_cait.CaiT_XXS24()
