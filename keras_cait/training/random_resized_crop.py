@@ -13,6 +13,7 @@ import math
 import numbers
 
 import keras
+import numpy
 
 from keras_cait.errors import ArgumentError, Named, checked_bool, checked_count
 
@@ -154,7 +155,10 @@ class RandomResizedCrop(keras.layers.Layer):
 
     Shapes:
         input `(H, W, C)` or `(batch, H, W, C)`, channels last; output
-        `(height, width, C)` or `(batch, height, width, C)`, float.
+        `(height, width, C)` or `(batch, height, width, C)`, float. Integer
+        images (uint8 0..255) come back rounded and clipped to their type's
+        range, as PIL resamples them for timm and as `training_stream` does;
+        float images are resampled as they are (bicubic overshoots at edges).
 
     Example:
         >>> crop = RandomResizedCrop(224, 224)
@@ -195,6 +199,7 @@ class RandomResizedCrop(keras.layers.Layer):
         self.generator = keras.random.SeedGenerator(seed)
 
     def call(self, images, training=True):
+        given = keras.backend.standardize_dtype(getattr(images, "dtype", None) or numpy.asarray(images).dtype)
         images = keras.ops.convert_to_tensor(images, self.compute_dtype)
         unbatched = len(images.shape) == 3
         if unbatched:
@@ -205,6 +210,9 @@ class RandomResizedCrop(keras.layers.Layer):
             uniforms = keras.random.uniform((batch, ATTEMPTS, 4), seed=self.generator)
             transformation = {"boxes": self.crop_boxes(uniforms, image_height, image_width)}
         images = self.transform_images(images, transformation, training=training)
+        if "int" in given:  # bicubic's overshoot past 0 and 255 would not fit the pixels it came from
+            limits = numpy.iinfo(given)
+            images = keras.ops.clip(keras.ops.round(images), limits.min, limits.max)
         return images[0] if unbatched else images
 
     def crop_boxes(self, uniforms, image_height, image_width):

@@ -85,6 +85,19 @@ def test_the_output_samples_exactly_the_box(batched):
     np.testing.assert_allclose(out[inner, inner, 1], columns[inner, inner], atol=0.05)
 
 
+@pytest.mark.parametrize("training", [True, False])
+def test_integer_images_come_back_rounded_and_clipped_to_their_range_as_pil_gives_them(training):
+    """Bicubic overshoots at sharp edges (-61..322 for a 0/255 pattern): timm's crop of a PIL image
+    and `training_stream` clip and round, the layer alone handed them on."""
+    seed = int(np.random.default_rng().integers(1 << 30))
+    pixels = (np.random.default_rng(seed).integers(0, 2, (2, 40, 36, 3)) * 255).astype("uint8")
+    as_integers = keras.ops.convert_to_numpy(RandomResizedCrop(24, 24, seed=seed)(pixels, training=training))
+    as_floats = keras.ops.convert_to_numpy(RandomResizedCrop(24, 24, seed=seed)(pixels.astype("float32"),
+                                                                               training=training))
+    assert as_floats.min() < 0 and as_floats.max() > 255  # the overshoot the float image keeps
+    np.testing.assert_array_equal(as_integers, np.clip(np.round(as_floats), 0, 255))
+
+
 def test_inference_takes_the_central_square():
     layer = RandomResizedCrop(20, 20)
     out = keras.ops.convert_to_numpy(layer(coordinate_image(100, 60), training=False))
