@@ -26,6 +26,7 @@ would have to find again by pattern.
 """
 
 import collections
+import collections.abc
 import contextlib
 import contextvars
 import importlib
@@ -152,6 +153,17 @@ def checked_bool(argument, value, allowed=None):
         return bool(value)
     raise ArgumentError(argument, value, f"must be {allowed or 'True or False'}, not {type(value).__name__}",
                         usage=True)
+
+
+def check_names_not_mapping(argument, value):
+    """A dict given for a list of class names (Hugging Face's `id2label`, a name-to-index map) would be
+    read by its keys, the names lost or put in another order: refused naming `argument`."""
+    if isinstance(value, collections.abc.Mapping):
+        keys = listed([repr(key) for key in value], 3)
+        raise ArgumentError(argument, value, f"is a dict (its keys: {keys}), which is read by its keys",
+                            "give a list of str, one name per class in index order, e.g. "
+                            "[id2label[i] for i in range(len(id2label))]", usage=True,
+                            shown=f"<dict of {len(value)}>")
 
 
 def checked_count(argument, value, example, minimum=1, note=""):

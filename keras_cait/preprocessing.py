@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 
-from keras_cait.errors import ArgumentError, checked_bool, checked_count
+from keras_cait.errors import ArgumentError, check_names_not_mapping, checked_bool, checked_count
 
 # The mean and std of ImageNet-1k's RGB pixels on a 0..1 scale, as every CaiT checkpoint was
 # trained with them (timm's IMAGENET_DEFAULT_MEAN / _STD); the model normalises with them too.
@@ -111,6 +111,7 @@ def decode_predictions(preds, top=5, class_names=None):
             )
         classes = imagenet_classes()
     else:
+        check_names_not_mapping("class_names", class_names)
         if isinstance(class_names, collections.abc.Iterator):
             class_names = list(class_names)
         if isinstance(class_names, str) or not all(isinstance(name, str) for name in class_names):

@@ -91,6 +91,10 @@ def test_decode_predictions_of_a_fine_tuned_model_names_its_classes(tiny_cait):
      "class_names='abcd': must be a list of str; give the model's class names in index order, e.g. "
      "model.class_names"),
     (dict(top=0), "top=0: must be a positive integer; e.g. top=5"),
+    # A dict was read by its keys: Hugging Face's id2label {'0': 'cat', ...} decoded as '0', '1', ...
+    (dict(class_names={str(i): name for i, name in enumerate("wxyz")}),
+     "class_names=<dict of 4>: is a dict (its keys: '0', '1', '2' and 1 more), which is read by its keys; give a "
+     "list of str, one name per class in index order, e.g. [id2label[i] for i in range(len(id2label))]"),
 ])
 def test_decode_predictions_refuses_in_one_line_naming_the_argument(arguments, line):
     with pytest.raises(ValueError) as error:

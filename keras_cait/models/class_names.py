@@ -1,6 +1,6 @@
 """The names of a classifier's classes: how many it scores, the names it carries and their check."""
 
-from keras_cait.errors import ArgumentError, repeated
+from keras_cait.errors import ArgumentError, check_names_not_mapping, repeated
 from keras_cait.preprocessing import imagenet_classes
 
 
@@ -19,6 +19,7 @@ def checked_class_names(names, model):
     if names is None:
         return None
     allowed = "give a list of str, one name per class"
+    check_names_not_mapping("class_names", names)
     if isinstance(names, str) or not hasattr(names, "__iter__"):
         raise ArgumentError("class_names", names, f"must be a list of names, not one {type(names).__name__}",
                             allowed, usage=True)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from keras_cait import deprecation
-from keras_cait.errors import ArgumentError, Named, counted, listed, repeated
+from keras_cait.errors import ArgumentError, Named, check_names_not_mapping, counted, listed, repeated
 from keras_cait.images.evaluation_transform import (
     HEADER_BYTES, IMAGE_EXTENSIONS, IMAGE_FORMATS, has_image_signature, is_image_file_name,
 )
@@ -220,6 +220,7 @@ def tfrecords(files, class_names, num_examples=None):
         class_names: the class of each index (its length is the class count).
         num_examples: the record count, or None to count them once.
     """
+    check_names_not_mapping("class_names", class_names)
     if isinstance(class_names, str) or not isinstance(class_names, collections.abc.Iterable):
         raise ArgumentError("class_names", class_names, "must be a list of names, one per class index",
                             ["e.g. ", Named("class_names", ["cat", "dog"])], usage=True)

@@ -41,7 +41,8 @@ def test_image_folder_errors_say_what_is_expected(tmp_path):
 
 @pytest.mark.parametrize("class_names, problem", [
     (["cat", "dog", "cat"], r"repeats cat; give each class its own name"),
-    (None, "must be a list of names"), ("cat,dog", "must be a list of names"), (3, "must be a list of names")])
+    (None, "must be a list of names"), ("cat,dog", "must be a list of names"), (3, "must be a list of names"),
+    ({"dog": 1, "cat": 0}, r"is a dict \(its keys: 'dog', 'cat'\), which is read by its keys")])
 def test_tfrecords_refuse_class_names_that_name_no_class_each_before_reading(tmp_path, class_names, problem):
     """A repeated name gave two indices one name: predictions read the wrong class. Refused before
     any file is globbed (the pattern here matches nothing: it is not what is reported)."""
