@@ -275,14 +275,18 @@ def read_checkpoint(path):
             ) from error
         try:
             checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        except FileNotFoundError:
+            raise
         except pickle.UnpicklingError as error:  # torch's advice (weights_only=False) would run it
+            if "Unsupported global" not in str(error):  # random bytes, a damaged pickle: no code named
+                raise _unreadable(path, "PyTorch", "its pickle does not parse") from error
             raise ValueError(
                 f"{path} holds objects other than tensors and numbers (pickled code?), so it "
                 "was not loaded: keras_cait reads .pth files with torch.load(weights_only=True), "
                 "which runs no code. Use the official checkpoint, or a .safetensors file."
             ) from error
-        except (RuntimeError, EOFError) as error:  # truncated or not a torch file
-            raise _unreadable(path, "PyTorch", error) from error
+        except Exception as error:  # truncated, or no torch file at all (text: KeyError, UnicodeDecodeError)
+            raise _unreadable(path, "PyTorch", f"torch.load failed with {type(error).__name__}: {' '.join(str(error).split())[:80]}") from error
         if isinstance(checkpoint, dict) and "model" in checkpoint:
             checkpoint = checkpoint["model"]
         if not isinstance(checkpoint, dict) or not all(

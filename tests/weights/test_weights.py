@@ -541,6 +541,16 @@ def test_a_pth_that_is_not_a_state_dict_is_named_in_the_error(tmp_path, tiny_cai
     assert path in str(error.value) and held in str(error.value)
 
 
+@pytest.mark.parametrize("content", [b"hello", b"", "random"], ids=["text", "empty", "random_bytes"])
+def test_a_pth_that_is_no_pytorch_file_is_named_unreadable_not_pickled_code(tmp_path, tiny_cait, content):
+    """A text file gave a bare `KeyError: 101`, random bytes the pickled-code message."""
+    path = tmp_path / "notes.pth"
+    path.write_bytes(os.urandom(5000) if content == "random" else content)
+    with pytest.raises(ValueError, match=r"notes.pth \(\d+ bytes\) is not a readable PyTorch checkpoint: ") as error:
+        load_weights_file(tiny_cait(), str(path))
+    assert "pickled code" not in str(error.value) and "\n" not in str(error.value)
+
+
 def test_a_pth_with_pickled_objects_is_refused_without_advice_to_run_them(tmp_path, tiny_cait):
     import torch
 
