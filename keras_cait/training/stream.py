@@ -188,7 +188,8 @@ def training_stream(
     steps = steps_per_epoch(source, batch_size)
     if start_step > steps * epochs:
         raise ArgumentError("start_step", start_step,
-                            f"is past the run's end: {counted(epochs, 'epoch')} of {steps} steps are {steps * epochs} steps",
+                            f"is past the run's end: {counted(epochs, 'epoch')} of {steps} steps are "
+                            f"{steps * epochs} steps",
                             f"give a step from 0 to {steps * epochs}", usage=True)
     examples_per_epoch = steps * batch_size
     first_epoch, first_batch = divmod(start_step, steps)

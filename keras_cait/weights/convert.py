@@ -286,7 +286,8 @@ def read_checkpoint(path):
                 "which runs no code. Use the official checkpoint, or a .safetensors file."
             ) from error
         except Exception as error:  # truncated, or no torch file at all (text: KeyError, UnicodeDecodeError)
-            raise _unreadable(path, "PyTorch", f"torch.load failed with {type(error).__name__}: {' '.join(str(error).split())[:80]}") from error
+            said = " ".join(str(error).split())[:80]
+            raise _unreadable(path, "PyTorch", f"torch.load failed with {type(error).__name__}: {said}") from error
         if isinstance(checkpoint, dict) and "model" in checkpoint:
             checkpoint = checkpoint["model"]
         if not isinstance(checkpoint, dict) or not all(
