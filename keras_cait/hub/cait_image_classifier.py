@@ -102,7 +102,8 @@ class CaiTImageClassifier(keras_hub.models.ImageClassifier):
         and put straight into this one model (`presets.load_weights`); with
         `weights="/path/to/model.safetensors"` (or a .pth, .pt or .weights.h5 file) they are
         read from that file, with no network. As for keras-hub's classifiers, passing
-        `num_classes` gives a new, random head. `load_weights=False` builds the
+        `num_classes` gives a new, random head, except where the file holds a head of that
+        many classes (a fine-tuned model's `save_weights`), which is loaded with it. `load_weights=False` builds the
         architecture with random weights and downloads nothing.
         """
         weights = presets.weights_argument(preset, load_weights, kwargs)
@@ -111,7 +112,9 @@ class CaiTImageClassifier(keras_hub.models.ImageClassifier):
         backbone = CaiTBackbone(**presets.backbone_config(preset), dtype=kwargs.pop("dtype", None))
         if "preprocessor" not in kwargs:
             kwargs["preprocessor"] = CaiTImageClassifierPreprocessor.from_preset(preset)
-        new_head = "num_classes" in kwargs
+        # num_classes gives a new head, unless a weights file holds a head of that many classes
+        new_head = "num_classes" in kwargs and not (
+            weights not in (None, "imagenet") and presets.head_classes(weights) == kwargs["num_classes"])
         kwargs.setdefault("num_classes", 1000)
         classifier = cls(backbone=backbone, **kwargs)
         if weights is not None:

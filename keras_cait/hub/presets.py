@@ -14,7 +14,10 @@ import os
 
 from keras_cait.errors import ArgumentError, Named, checked_bool
 from keras_cait.models import VARIANTS, checked_weights, load_classifier, parse_model_name
-from keras_cait.weights import CHECKPOINTS, checkpoint_grid, load_imagenet_weights, load_state_dict, read_checkpoint
+from keras_cait.models.variants import IMAGENET_CLASSES, cait
+from keras_cait.weights import (
+    CHECKPOINTS, checkpoint_grid, head_classes, load_imagenet_weights, load_state_dict, read_checkpoint,
+)
 
 PRESETS = tuple(CHECKPOINTS)
 
@@ -104,7 +107,17 @@ def load_weights(backbone, preset, weights="imagenet", head=None):
     if weights == "imagenet":
         load_imagenet_weights(backbone, preset, head=head)
     elif weights.endswith(".weights.h5"):
-        source = load_classifier(preset, weights=weights)  # the file's checks (shapes, NaN) and its grid
+        classes = head_classes(weights)
+        if head is not None and classes != head.units:
+            raise ArgumentError("weights", weights, "holds no head" if classes is None else
+                                f"has a head of {classes} classes, the preset one of {head.units}",
+                                ["give ", Named("num_classes"), " for a new head on its backbone"] if classes is None
+                                else ["give ", Named("num_classes", classes), " (its head is loaded with it)"],
+                                usage=True)
+        # Built at the backbone's size as the file's model (with its head, if any): the file's checks
+        # (shapes, NaN) and its position embedding resized to the backbone's grid.
+        source = cait(preset, weights=weights, input_shape=tuple(backbone.inputs[0].shape[1:]),
+                      include_top=classes is not None, classes=classes or IMAGENET_CLASSES)
         for layer in backbone.layers:
             if layer.weights:
                 layer.set_weights(source.get_layer(layer.name).get_weights())

@@ -52,7 +52,7 @@ from keras_cait.models.surgery import (
     with_new_head,
 )
 from keras_cait.models.variants import IMAGENET_CLASSES, cait, checked_weights, default_image_size, parse_model_name
-from keras_cait.weights import WEIGHT_FILES
+from keras_cait.weights import WEIGHT_FILES, head_classes
 
 PATCH_SIZE = 16  # every variant's
 
@@ -85,9 +85,10 @@ def load_classifier(model, *, weights="imagenet", image_size=None, include_top=T
             class token, or "avg", the patch mean; for a name with None, the token sequence
             `(batch, 1 + patches, width)`).
         pooling: None, "token" or "avg"; a file or a model has the pooling it was built with.
-        classes: the classes of the head. Default: the checkpoint's 1000 for a name, the
-            model's own for a file or a model. Another number puts a new head of that many
-            classes on the pooled features (`with_new_head`), e.g. to fine-tune.
+        classes: the classes of the head. Default: the weights' own for a name (1000 for
+            "imagenet", a weights file's head), the model's own for a file or a model. Another
+            number puts a new head of that many classes on the pooled features (`with_new_head`),
+            e.g. to fine-tune.
         classifier_activation: of the head of a name, or of a new head; None gives logits. A file's
             or a model's own head keeps its activation: another, given, is refused (softmax asked
             of a head that gives logits too).
@@ -129,11 +130,19 @@ def load_classifier(model, *, weights="imagenet", image_size=None, include_top=T
                         drop_path_rate)
     weights = checked_weights(weights)
     side = image_size or default_image_size(model)
-    new_head = include_top and weights == "imagenet" and classes not in (None, IMAGENET_CLASSES)
+    # The weights' own head: the checkpoint's 1000 classes, a file's (None: it has none); another
+    # number given is a new head on the backbone.
+    if weights == "imagenet":
+        own = IMAGENET_CLASSES
+    else:
+        own = head_classes(weights) if weights is not None and include_top else None
+    new_head = include_top and weights is not None and classes is not None and classes != own
+    if classes is None:
+        classes = own or IMAGENET_CLASSES
     built = cait(
         model, weights=weights, input_shape=(side, side, 3), include_top=include_top and not new_head,
         pooling="token" if new_head and pooling is None else pooling,
-        classes=IMAGENET_CLASSES if classes is None else classes, classifier_activation=classifier_activation,
+        classes=classes, classifier_activation=classifier_activation,
         drop_path_rate=drop_path_rate or 0.0, dtype=dtype,
     )
     return with_new_head(built, classes, classifier_activation) if new_head else built

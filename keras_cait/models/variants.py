@@ -16,7 +16,7 @@ import re
 from keras_cait.errors import ArgumentError, Named
 from keras_cait.models.architecture import build_cait, checked_classes
 from keras_cait.models.inputs import channels_last_shape, checked_input_shape, image_shape
-from keras_cait.weights import CHECKPOINTS, WEIGHT_FILES, load_imagenet_weights, load_weights_file
+from keras_cait.weights import CHECKPOINTS, WEIGHT_FILES, load_file, load_imagenet_weights
 from keras_cait.weights.download import IMAGENET_CLASSES  # the classes of every released head
 
 #                  width          depth      heads         LayerScale init
@@ -209,7 +209,7 @@ def cait(
     if arch is not None:
         load_imagenet_weights(model, arch)
     elif pretrained:
-        load_weights_file(model, weights)
+        load_file(model, weights, "weights")
     return model
 
 

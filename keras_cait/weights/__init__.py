@@ -20,6 +20,7 @@ __all__ = [
     "cache_dir",
     "cached_checkpoint",
     "checkpoint_grid",
+    "head_classes",
     "load_imagenet_weights",
     "load_state_dict",
     "load_weights_file",
@@ -28,9 +29,10 @@ __all__ = [
 ]
 
 
-def _check_keras_weights_fit(model, path):
+def _check_keras_weights_fit(model, path, argument):
     """Keras matches .weights.h5 entries by layer order and skips extra ones silently;
-    compare the tensor shapes first so that another variant's file is an error."""
+    compare the tensor shapes first so that another variant's file is an error. `argument`: what
+    the caller called the file (`path`, or a constructor's `weights`)."""
     import h5py
 
     file_shapes, file_head = [], []
@@ -45,7 +47,10 @@ def _check_keras_weights_fit(model, path):
             f"{path} is not a readable Keras .weights.h5 file ({error}): it is truncated or of "
             "another format. Save the weights again (model.save_weights) or pass the right file."
         ) from error
-    _check_head_fits(model, path, [shape for _, shape in sorted(file_head)])
+    if not file_shapes and not file_head:
+        raise ArgumentError(argument, path, "holds no weights at all (an empty .weights.h5 file)",
+                            "save them again: model.save_weights(path)")
+    _check_head_fits(model, path, [shape for _, shape in sorted(file_head)], argument)
     position = model.get_layer("position_embedding").embeddings
     head = [w for layer in model.layers if layer.name == "predictions" for w in layer.weights]
     model_shapes = [
@@ -64,7 +69,7 @@ def _check_keras_weights_fit(model, path):
         )
 
 
-def _check_head_fits(model, path, file_head):
+def _check_head_fits(model, path, file_head, argument):
     """The head of a .weights.h5 file (`file_head`: its Dense's tensor shapes) against the model's:
     Keras' own error dumped the variable's values. A headless model takes any file's backbone."""
     heads = [layer for layer in model.layers if layer.name == "predictions"]
@@ -72,12 +77,12 @@ def _check_head_fits(model, path, file_head):
         return
     wanted = heads[0].units
     if not file_head:
-        raise ArgumentError("weights", path, "holds no head (saved from a model built with include_top=False)",
+        raise ArgumentError(argument, path, "holds no head (saved from a model built with include_top=False)",
                             ["build the model with ", Named("include_top", False), ", then add a head: "
                              "keras_cait.models.with_new_head(model, classes)"])
     classes = file_head[0][-1]
     if classes != wanted:
-        raise ArgumentError("weights", path, f"has a head of {classes} classes, the model one of {wanted}",
+        raise ArgumentError(argument, path, f"has a head of {classes} classes, the model one of {wanted}",
                             ["give ", Named("classes", classes), ", or ", Named("include_top", False),
                              " to load all but the head"])
 
@@ -101,6 +106,27 @@ def _nonfinite_keras_weights(model, path):
     return names
 
 
+def head_classes(path):
+    """The classes of the head a weights file holds (`head.weight`, or a `.weights.h5` file's Dense),
+    or None where it holds none (saved with include_top=False). A .pth file is read whole."""
+    path = os.fspath(path)
+    if path.endswith(".weights.h5"):
+        import h5py
+
+        shapes = []
+        with h5py.File(path, "r") as file:
+            file.visititems(lambda name, item: shapes.append(item.shape)
+                            if name.startswith("layers/dense/") and hasattr(item, "shape") else None)
+        return shapes[0][-1] if shapes else None
+    if path.endswith(".safetensors"):
+        from safetensors import safe_open
+
+        with safe_open(path, framework="numpy") as file:
+            return file.get_slice("head.weight").get_shape()[0] if "head.weight" in file.keys() else None
+    head = read_checkpoint(path).get("head.weight")
+    return None if head is None else head.shape[0]
+
+
 def load_weights_file(model, path, allow_nonfinite=False, source_grid=None):
     """Loads a .safetensors / .pth / .pt (timm or DeiT names) or .weights.h5 file into `model`.
 
@@ -112,23 +138,37 @@ def load_weights_file(model, path, allow_nonfinite=False, source_grid=None):
     from keras_cait.models.surgery import check_model_object  # here: keras_cait.models imports this module
 
     check_model_object(model, "load_weights_file")
+    load_file(model, path, "path", allow_nonfinite, source_grid)
+
+
+# The files `load_file` reads, by how their names end.
+WEIGHTS_FILES = (".weights.h5", ".safetensors", ".pth", ".pt")
+
+
+def load_file(model, path, argument, allow_nonfinite=False, source_grid=None):
+    """`load_weights_file`, its errors naming the file by `argument`, the caller's name for it
+    (`path`, or the constructors' `weights`)."""
     allow_nonfinite = checked_bool("allow_nonfinite", allow_nonfinite,
                                    "True (load NaN or inf as they are) or False (refuse them)")
     if not isinstance(path, (str, os.PathLike)):
-        raise ArgumentError("path", path, f"must be the path of a weights file, not {type(path).__name__}",
+        raise ArgumentError(argument, path, f"must be the path of a weights file, not {type(path).__name__}",
                             "e.g. 'model.safetensors', 'model.pth' or 'model.weights.h5'", usage=True)
     path = os.fspath(path)
     if os.path.isdir(path):
-        raise ArgumentError("path", path, "is a folder, not a weights file",
+        raise ArgumentError(argument, path, "is a folder, not a weights file",
                             "give a .safetensors, .pth, .pt or .weights.h5 file in it", usage=True)
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"path={path!r}: no such file.")
+        raise FileNotFoundError(f"{argument}={path!r}: no such file.")
+    if not path.endswith(WEIGHTS_FILES):
+        raise ArgumentError(argument, path, "is a file of a kind keras_cait reads no weights from",
+                            "give a .safetensors or .pth checkpoint (timm/DeiT) or a Keras .weights.h5 file",
+                            usage=True)
     if path.endswith(".weights.h5"):
         if source_grid is not None:
             raise ArgumentError("source_grid", source_grid,
                                 f"is for timm/DeiT checkpoints; the Keras weights file {path} records its own grid",
                                 "leave source_grid=None for a .weights.h5 file", usage=True)
-        _check_keras_weights_fit(model, path)
+        _check_keras_weights_fit(model, path, argument)
         nonfinite = [] if allow_nonfinite else _nonfinite_keras_weights(model, path)
         if nonfinite:
             raise nonfinite_error(nonfinite, f"weights file {path}")

@@ -304,6 +304,6 @@ def read_checkpoint(path):
             for key, value in checkpoint.items()
         }
     raise ValueError(
-        f"weights={path!r}: unknown file type; use a .safetensors or .pth checkpoint "
+        f"{path!r}: unknown file type; use a .safetensors or .pth checkpoint "
         "(timm/DeiT) or a Keras .weights.h5 file."
     )

@@ -365,6 +365,50 @@ def test_offline_from_preset_advises_weights_and_the_advice_works(
     assert hub.requests == []
 
 
+def _same_weights(model, source, layers):
+    return all(np.array_equal(a, b) for name in layers
+               for a, b in zip(model.get_layer(name).get_weights(), source.get_layer(name).get_weights()))
+
+
+@pytest.mark.large
+def test_a_weights_h5_file_without_a_head_with_another_head_or_at_another_size_loads_into_a_preset(
+        hub, keras_cache, tmp_path):
+    """A backbone took no headless file ("holds no head ... include_top=False", an argument it has
+    not), a fine-tuned 5-class file was refused naming `classes`, and `image_shape` failed inside
+    Keras on the position embedding. A file's head of `num_classes` classes is loaded with it."""
+    from keras_cait.errors import ArgumentError
+
+    rng = np.random.default_rng(int(np.random.default_rng().integers(1 << 30)))
+    classes = int(rng.integers(2, 9))
+    headless, tuned = tmp_path / "notop.weights.h5", tmp_path / "tuned.weights.h5"
+    notop = keras_cait.CaiT_XXS24(weights=None, include_top=False)
+    notop.save_weights(headless)
+    keras_cait.CaiT_XXS24(weights=None, classes=classes).save_weights(tuned)
+    blocks = [layer.name for layer in notop.layers if layer.weights]
+
+    backbone = CaiTBackbone.from_preset("cait_xxs24_224", weights=str(headless))
+    assert _same_weights(backbone, notop, blocks)
+    classifier = CaiTImageClassifier.from_preset("cait_xxs24_224", num_classes=classes, weights=str(tuned))
+    reference = keras_cait.CaiT_XXS24(weights=str(tuned), classes=classes)
+    assert _same_weights(classifier.backbone, reference, blocks)
+    assert all(np.array_equal(a, b) for a, b in zip(classifier.output_dense.get_weights(),
+                                                    reference.get_layer("predictions").get_weights()))
+    new_head = CaiTImageClassifier.from_preset("cait_xxs24_224", num_classes=classes + 1, weights=str(tuned))
+    assert _same_weights(new_head.backbone, reference, blocks) and new_head.output_dense.units == classes + 1
+    small = CaiTBackbone.from_preset("cait_xxs24_224", image_shape=(32, 48, 3), weights=str(headless))
+    assert small.get_layer("position_embedding").get_weights()[0].shape == (1, 6, 192)
+    assert _same_weights(small, notop, [name for name in blocks if name != "position_embedding"])
+    for file, line in [
+        (headless, f"weights='{headless}': holds no head; give num_classes for a new head on its backbone"),
+        (tuned, f"weights='{tuned}': has a head of {classes} classes, the preset one of 1000; give "
+                f"num_classes={classes} (its head is loaded with it)"),
+    ]:
+        with pytest.raises(ArgumentError) as caught:
+            CaiTImageClassifier.from_preset("cait_xxs24_224", weights=str(file))
+        assert str(caught.value) == line
+    assert hub.requests == []
+
+
 def test_weights_where_no_file_is_read_are_refused_in_one_line(hf, hub, keras_cache, tmp_path):
     folder = tmp_path / "preset"
     folder.mkdir()

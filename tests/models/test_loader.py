@@ -226,6 +226,31 @@ def test_a_name_with_another_class_count_gets_a_new_head_on_the_imagenet_backbon
     assert arch == "cait_xxs24_224" and "predictions" not in layers  # the checkpoint's 1000-class head is left out
 
 
+@pytest.mark.parametrize("kind", ["weights.h5", "safetensors"])
+def test_a_name_with_a_weights_file_and_another_class_count_gets_a_new_head_on_the_file_s_backbone(
+        tmp_path, kind, timm_reference):
+    """The docstring's "another number puts a new head" held for "imagenet" only: a file's 1000-class
+    head was loaded into a 5-class model and refused (`keys whose shape does not fit: head.weight`, or
+    `give classes=1000`). A file's head of that many classes is its own, loaded."""
+    rng = np.random.default_rng(int(np.random.default_rng().integers(1 << 30)))
+    classes, side = int(rng.integers(2, 9)), int(rng.choice([32, 48]))
+    if kind == "safetensors":
+        path = timm_reference.save(timm_reference.model("cait_xxs24_224", img_size=side, num_classes=classes))
+    else:
+        path = tmp_path / "tuned.weights.h5"
+        keras_cait.CaiT_XXS24(weights=None, input_shape=(side, side, 3), classes=classes).save_weights(path)
+    own = load_classifier("XXS24", weights=str(path), image_size=side)
+    assert own.output_shape == (None, classes)  # the file's head, whatever its count
+    new = load_classifier("XXS24", weights=str(path), image_size=side, classes=classes + 1)
+    same = load_classifier("XXS24", weights=str(path), image_size=side, classes=classes)
+    assert new.output_shape == (None, classes + 1)
+    for layer in own.layers:
+        if layer.weights and layer.name != "predictions":
+            for a, b in zip(layer.get_weights(), new.get_layer(layer.name).get_weights()):
+                np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(same.predict(images(side), verbose=0), own.predict(images(side), verbose=0))
+
+
 # === The same answer through every door ===
 
 
@@ -262,7 +287,7 @@ def test_weights_none_in_the_command_s_spelling_is_random_weights_through_every_
     from keras_cait.models import variants
 
     built = []
-    monkeypatch.setattr(variants, "load_weights_file", lambda *args: pytest.fail("a file was read"))
+    monkeypatch.setattr(variants, "load_file", lambda *args: pytest.fail("a file was read"))
     monkeypatch.setattr(variants, "load_imagenet_weights", lambda *args: pytest.fail("imagenet was fetched"))
     original = variants.build_cait
     monkeypatch.setattr(variants, "build_cait", lambda **kwargs: built.append(kwargs) or original(**kwargs))

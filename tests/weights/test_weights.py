@@ -259,11 +259,12 @@ def test_keras_weights_file_with_another_head_names_its_classes(tmp_path, tiny_c
     tiny_cait(include_top=False).save_weights(headless)
     with pytest.raises(ArgumentError) as raised:
         load_weights_file(tiny_cait(classes=7), five)
-    assert str(raised.value) == (f"weights={five!r}: has a head of 5 classes, the model one of 7; give classes=5, "
+    # load_weights_file's argument is `path` (the constructors' `weights=` is named by them)
+    assert str(raised.value) == (f"path={five!r}: has a head of 5 classes, the model one of 7; give classes=5, "
                                  "or include_top=False to load all but the head")
     with pytest.raises(ArgumentError) as raised:
         load_weights_file(tiny_cait(classes=7), headless)
-    assert str(raised.value) == (f"weights={headless!r}: holds no head (saved from a model built with "
+    assert str(raised.value) == (f"path={headless!r}: holds no head (saved from a model built with "
                                  "include_top=False); build the model with include_top=False, then add a head: "
                                  "keras_cait.models.with_new_head(model, classes)")
     for model in (tiny_cait(classes=5), tiny_cait(include_top=False)):  # the same head, or none: loaded
@@ -271,6 +272,31 @@ def test_keras_weights_file_with_another_head_names_its_classes(tmp_path, tiny_c
     tuned = str(tmp_path / "tuned.weights.h5")
     with_new_head(tiny_cait(include_top=False, pooling="token"), 4).save_weights(tuned)
     load_weights_file(tiny_cait(classes=4), tuned)
+
+
+def test_an_empty_or_unknown_weights_file_is_named_by_the_caller_s_argument(tmp_path, tiny_cait):
+    """An empty .weights.h5 was said to hold "no head", and load_weights_file(path=...) named `weights=`."""
+    import h5py
+
+    from keras_cait.errors import ArgumentError
+
+    empty, other = str(tmp_path / "empty.weights.h5"), str(tmp_path / "w.npz")
+    h5py.File(empty, "w").close()
+    np.savez(other, a=np.zeros(1))
+    for call, line in [
+        (lambda: load_weights_file(tiny_cait(), path=empty),
+         f"path={empty!r}: holds no weights at all (an empty .weights.h5 file); save them again: "
+         "model.save_weights(path)"),
+        (lambda: load_weights_file(tiny_cait(), other),
+         f"path={other!r}: is a file of a kind keras_cait reads no weights from; give a .safetensors or .pth "
+         "checkpoint (timm/DeiT) or a Keras .weights.h5 file"),
+        (lambda: keras_cait.CaiT_XXS24(weights=empty, input_shape=(32, 32, 3)),
+         f"weights={empty!r}: holds no weights at all (an empty .weights.h5 file); save them again: "
+         "model.save_weights(path)"),
+    ]:
+        with pytest.raises(ArgumentError) as raised:
+            call()
+        assert str(raised.value) == line
 
 
 def test_timm_checkpoint_conversion_is_strict_about_keys_and_shapes(timm_reference, tiny_cait):
