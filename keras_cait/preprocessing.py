@@ -34,7 +34,14 @@ def preprocess_input(x, include_preprocessing=True):
         raise ArgumentError("x", x, "must be images, 0..255 RGB (an array or a tensor), not "
                             f"{type(x).__name__}", "e.g. load_image(path, 224)[None]", usage=True)
     if isinstance(x, (np.ndarray, np.generic, list, tuple, int, float)):
-        x = np.asarray(x, dtype="float32") / 255.0
+        x = np.asarray(x, dtype="float32")
+    shape = tuple(x.shape)
+    if not shape or shape[-1] not in (3, None):  # else numpy's "operands could not be broadcast together"
+        raise ArgumentError("x", x, f"is of shape {shape}, not RGB images: their last axis holds 3 channels",
+                            "give (..., height, width, 3) images, 0..255 RGB", usage=True,
+                            shown=f"<{type(x).__name__} of shape {shape}>")
+    if isinstance(x, np.ndarray):
+        x = x / 255.0
         return (x - np.array(IMAGENET_MEAN, "float32")) / np.array(IMAGENET_STD, "float32")
     import keras  # a tensor, symbolic too: np.asarray cannot read one inside a traced function
 

@@ -135,6 +135,20 @@ def test_preprocess_input_without_model_preprocessing_is_timms_normalisation():
     np.testing.assert_allclose(normalised[0], torch.permute(expected, (1, 2, 0)).numpy(), atol=1e-6)
 
 
+def test_preprocess_input_refuses_images_that_are_not_rgb_naming_their_shape():
+    """A 4-channel (RGBA) batch failed in numpy ("operands could not be broadcast together")."""
+    import tensorflow as tf
+
+    channels = int(np.random.default_rng().choice([1, 2, 4]))
+    for images, kind in [(np.zeros((1, 8, 8, channels), "uint8"), "ndarray"),
+                         (tf.zeros((1, 8, 8, channels)), "EagerTensor")]:
+        with pytest.raises(ValueError) as refused:
+            preprocess_input(images, include_preprocessing=False)
+        assert str(refused.value) == (f"x=<{kind} of shape (1, 8, 8, {channels})>: is of shape (1, 8, 8, {channels}), "
+                                      "not RGB images: their last axis holds 3 channels; give (..., height, width, 3) "
+                                      "images, 0..255 RGB")
+
+
 def test_preprocess_input_takes_tensors_inside_tf_data_as_keras_applications_does():
     """It read every input with np.asarray, which fails on the symbolic tensors of a `Dataset.map`."""
     import tensorflow as tf

@@ -8,7 +8,7 @@ import keras_hub
 
 from keras_cait.errors import ArgumentError
 from keras_cait.hub import presets
-from keras_cait.models.architecture import build_cait
+from keras_cait.models.architecture import build_cait, checked_architecture
 from keras_cait.models.inputs import channels_last_shape, check_input_shape, checked_input_shape
 
 # What Keras' functional Model takes besides a class's own arguments (keras-hub's Task: `compile`).
@@ -72,6 +72,9 @@ class CaiTBackbone(keras_hub.models.Backbone):
         **kwargs,
     ):
         check_options(CaiTBackbone, kwargs)
+        # The numbers first: the image's check divides by patch_size (patch_size=0: ZeroDivisionError).
+        checked_architecture(embed_dim=embed_dim, depth=depth, num_heads=num_heads, init_values=init_values,
+                             patch_size=patch_size, mlp_ratio=mlp_ratio, class_attention_depth=class_attention_depth)
         image_shape = checked_input_shape(image_shape, "image_shape")
         check_input_shape(channels_last_shape(image_shape), patch_size, "image_shape")
         # === Functional Model ===

@@ -8,7 +8,7 @@ from keras_cait.hub import presets
 from keras_cait.hub.cait_backbone import KERAS_OPTIONS, CaiTBackbone, check_options
 from keras_cait.hub.cait_image_classifier_preprocessor import CaiTImageClassifierPreprocessor
 from keras_cait.models.architecture import checked_classes, classifier_head
-from keras_cait.models.precision import float32_if_mixed
+from keras_cait.models.precision import checked_dtype, float32_if_mixed
 
 POOLING_MODES = ("token", "avg")
 
@@ -69,7 +69,7 @@ class CaiTImageClassifier(keras_hub.models.ImageClassifier):
         check_options(CaiTImageClassifier, kwargs, (*KERAS_OPTIONS, "compile"))
         num_classes = checked_classes(num_classes, "num_classes")  # not Dense's `units`
         dropout = checked_number("dropout", dropout, lambda rate: 0 <= rate <= 1, "from 0 to 1", 0.1)  # not Dropout's `rate`
-        head_dtype = head_dtype or float32_if_mixed(backbone.dtype_policy)
+        head_dtype = checked_dtype(head_dtype, "head_dtype") or float32_if_mixed(backbone.dtype_policy)
 
         # === Layers ===
         self.backbone = backbone

@@ -51,10 +51,11 @@ from keras_cait.models.surgery import (
     with_dtype_policy,
     with_new_head,
 )
-from keras_cait.models.variants import IMAGENET_CLASSES, cait, checked_weights, default_image_size, parse_model_name
+from keras_cait.models.variants import (
+    IMAGENET_CLASSES, PATCH_SIZE, cait, checked_weights, default_image_size, parse_model_name,
+)
 from keras_cait.weights import WEIGHT_FILES, head_classes
 
-PATCH_SIZE = 16  # every variant's
 
 
 class _LeftOut(str):

@@ -34,6 +34,9 @@ VARIANTS = {
 }
 
 
+PATCH_SIZE = 16  # every variant's
+
+
 def parse_model_name(name, argument="model"):
     """One naming everywhere: 'cait_xxs24_224', 'cait_xxs24' and 'XXS24' (any case) name XXS24.
 
@@ -49,7 +52,13 @@ def parse_model_name(name, argument="model"):
     if variant in VARIANTS and len(parts) == 1:
         return variant, None
     if variant in VARIANTS and len(parts) == 2 and parts[1].isdigit() and int(parts[1]) > 0:
-        return variant, int(parts[1])
+        resolution = int(parts[1])
+        if resolution % PATCH_SIZE:  # else blamed on the input_shape it becomes, which the caller never gave
+            nearest = max(1, int(resolution / PATCH_SIZE + 0.5)) * PATCH_SIZE
+            raise ArgumentError(argument, name, f"its resolution {resolution} is not a multiple of the patch size "
+                                f"{PATCH_SIZE}", ["e.g. ", Named(argument, f"cait_{variant.lower()}_{nearest}")],
+                                usage=True)
+        return variant, resolution
     raise ArgumentError(
         argument, name, "unknown CaiT model",
         f"use a variant ({', '.join(VARIANTS)}), cait_<variant> or cait_<variant>_<resolution>, in any "

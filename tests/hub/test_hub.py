@@ -156,6 +156,10 @@ def test_the_hub_classes_name_their_own_arguments_given_the_wrong_type():
         CaiTBackbone(image_shape=(30, 30, 3), **TINY_CAIT)  # was named input_shape, build_cait's argument
     with pytest.raises(ValueError, match=r"^activation='sofmax': not a Keras activation; e.g. 'softmax', or None"):
         CaiTImageClassifier(CaiTBackbone(image_shape=(TINY_SIZE, TINY_SIZE, 3), **TINY_CAIT), 3, activation="sofmax")
+    with pytest.raises(ValueError, match=r"^patch_size=0: must be a positive integer; e.g. patch_size=16$"):
+        CaiTBackbone(image_shape=(TINY_SIZE, TINY_SIZE, 3), **TINY_CAIT, patch_size=0)  # was ZeroDivisionError
+    with pytest.raises(ValueError, match=r"^head_dtype='float17': not a Keras dtype policy; give float32, "):
+        CaiTImageClassifier(backbone, 3, head_dtype="float17")  # was Keras' error, naming no argument
     assert CaiTImageConverter(image_size=TINY_SIZE).image_size == (TINY_SIZE, TINY_SIZE)  # a side, as load_image's
     with pytest.raises(ValueError, match=r"^image_size='32': must be a positive integer or a \(height, width\) pair"):
         CaiTImageConverter(image_size="32")

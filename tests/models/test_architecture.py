@@ -302,6 +302,19 @@ def test_an_unknown_model_name_lists_the_valid_ones(name):
         assert (refused.value.argument, refused.value.value, refused.value.usage) == (argument, name, True)
 
 
+def test_a_model_name_at_a_resolution_no_patch_grid_fits_is_blamed_on_the_name():
+    """`load_classifier('cait_s24_200')` blamed `input_shape=(200, 200, 3)`, which the caller never gave."""
+    from keras_cait.errors import ArgumentError
+    from keras_cait.models import load_classifier
+
+    side = int(np.random.default_rng().choice([n for n in range(17, 400) if n % 16]))
+    nearest = max(1, int(side / 16 + 0.5)) * 16
+    with pytest.raises(ArgumentError) as refused:
+        load_classifier(f"cait_s24_{side}", weights=None)
+    assert str(refused.value) == (f"model='cait_s24_{side}': its resolution {side} is not a multiple of the patch "
+                                  f"size 16; e.g. model='cait_s24_{nearest}'")
+
+
 @pytest.mark.large
 def test_cait_by_name_takes_its_resolution_as_the_input_size():
     from keras_cait.models.variants import cait
