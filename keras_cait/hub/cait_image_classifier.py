@@ -2,11 +2,13 @@
 
 import keras
 import keras_hub
+import numpy
 
 from keras_cait.errors import ArgumentError, checked_number
 from keras_cait.hub import presets
 from keras_cait.hub.cait_backbone import KERAS_OPTIONS, CaiTBackbone, check_options
 from keras_cait.hub.cait_image_classifier_preprocessor import CaiTImageClassifierPreprocessor
+from keras_cait.hub.cait_image_converter import CaiTImageConverter, check_images
 from keras_cait.models.architecture import checked_classes, classifier_head
 from keras_cait.models.precision import checked_dtype, float32_if_mixed
 
@@ -92,6 +94,14 @@ class CaiTImageClassifier(keras_hub.models.ImageClassifier):
         self.pooling = pooling
         self.activation = activation
         self.dropout = dropout
+
+    def predict(self, x, *args, **kwargs):
+        # Images its converter cannot take, refused in one line: inside predict's tf.data pipeline the
+        # converter's error came wrapped in a page of traceback.
+        if isinstance(getattr(self.preprocessor, "image_converter", None), CaiTImageConverter) and (
+                isinstance(x, (list, tuple, numpy.ndarray)) or keras.ops.is_tensor(x)):
+            check_images(x, "x")
+        return super().predict(x, *args, **kwargs)
 
     @classmethod
     def from_preset(cls, preset, load_weights=True, **kwargs):

@@ -25,6 +25,29 @@ def _check_per_channel(argument, value):
                              " for 0..1 inputs; leave both out for the ImageNet mean and std"], usage=True)
 
 
+_TAKES = ("CaiTImageConverter takes RGB images, channels last, (height, width, 3) or a batch "
+          "(batch, height, width, 3), or a list of such images")
+
+
+def check_images(images, argument="images"):
+    """What the static shapes of `images` (an array, a tensor, a list of images) say, checked before
+    Keras' call, which rewraps an error of `call` in a RuntimeError or a page of context: not RGB
+    channels last, or an image without pixels, is an `ArgumentError` naming `argument`. A ragged
+    batch or a graph's unknown sizes pass, to be checked as they are transformed."""
+    if type(images).__name__ == "RaggedTensor":
+        return
+    listed = isinstance(images, (list, tuple))
+    for image in images if listed else [images]:
+        shape = tuple(image.shape) if hasattr(image, "shape") else numpy.shape(image)
+        shown = f"<{type(images).__name__} {'holding an image ' if listed else ''}of shape {shape}>"
+        if len(shape) not in ((3,) if listed else (3, 4)) or shape[-1] not in (3, None):
+            raise ArgumentError(argument, images, _TAKES, "convert grey or RGBA images to RGB first (PIL: "
+                                "image.convert('RGB'))", usage=True, shown=shown)
+        if 0 in shape[-3:-1]:
+            raise ArgumentError(argument, images, "an image without pixels", "give images of at least 1x1 pixels",
+                                usage=True, shown=shown)
+
+
 def _evaluation_transform(images, image_size, crop_pct):
     """One image (h, w, 3), a batch, a list of images or a ragged batch -> (…, H, W, 3) float32."""
     import tensorflow as tf
@@ -44,10 +67,7 @@ def _evaluation_transform(images, image_size, crop_pct):
         if images.shape.rank == 3:
             return one(images)
     if images.shape.rank != 4 or images.shape[-1] not in (3, None):  # ragged: (batch, None, None, None)
-        raise ValueError(
-            f"images of shape {images.shape}: CaiTImageConverter takes RGB images, channels last, "
-            "(height, width, 3) or a batch (batch, height, width, 3), or a list of such images."
-        )
+        raise ValueError(f"images of shape {images.shape}: {_TAKES}.")
     spec = tf.TensorSpec((*image_size, 3), tf.float32)
     return tf.map_fn(one, images, fn_output_signature=spec)
 
@@ -92,6 +112,10 @@ class CaiTImageConverter(keras_hub.layers.ImageConverter):
         _check_per_channel("offset", offset)
         super().__init__(image_size=target_size(image_size), scale=scale, offset=offset, **kwargs)
         self.crop_pct = crop_pct
+
+    def __call__(self, *args, **kwargs):
+        check_images(args[0] if args else kwargs.get("inputs"))
+        return super().__call__(*args, **kwargs)
 
     def call(self, inputs):
         import tensorflow as tf

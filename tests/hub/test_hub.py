@@ -165,6 +165,34 @@ def test_the_hub_classes_name_their_own_arguments_given_the_wrong_type():
         CaiTImageConverter(image_size="32")
 
 
+def test_images_the_converter_cannot_take_are_refused_in_one_line_by_it_and_by_predict():
+    """Keras rewrapped the converter's errors (a RuntimeError for an image without pixels, a 1,270-character
+    ValueError for RGBA), and the classifier's predict gave a page of tf.data traceback."""
+    from keras_cait.errors import ArgumentError
+
+    channels = int(np.random.default_rng().choice([1, 2, 4]))
+    converter = CaiTImageConverter(image_size=TINY_SIZE)
+    classifier = CaiTImageClassifier(CaiTBackbone(image_shape=(TINY_SIZE, TINY_SIZE, 3), **TINY_CAIT), 3,
+                                      preprocessor=CaiTImageClassifierPreprocessor(converter))
+    takes = ("CaiTImageConverter takes RGB images, channels last, (height, width, 3) or a batch (batch, height, "
+             "width, 3), or a list of such images; convert grey or RGBA images to RGB first (PIL: "
+             "image.convert('RGB'))")
+    for call, line in [
+        (lambda: converter(np.zeros((1, 40, 60, channels), "uint8")),
+         f"images=<ndarray of shape (1, 40, 60, {channels})>: {takes}"),
+        (lambda: converter([np.zeros((40, 60, 3)), np.zeros((20, 30, channels))]),
+         f"images=<list holding an image of shape (20, 30, {channels})>: {takes}"),
+        (lambda: converter(np.zeros((0, 7, 3), "uint8")),
+         "images=<ndarray of shape (0, 7, 3)>: an image without pixels; give images of at least 1x1 pixels"),
+        (lambda: classifier.predict(np.zeros((1, 40, 60, channels), "uint8"), verbose=0),
+         f"x=<ndarray of shape (1, 40, 60, {channels})>: {takes}"),
+    ]:
+        with pytest.raises(ArgumentError) as caught:
+            call()
+        assert str(caught.value) == line
+    assert classifier.predict(np.zeros((2, 40, 60, 3), "uint8"), verbose=0).shape == (2, 3)
+
+
 def test_an_argument_the_hub_classes_do_not_take_is_refused_not_dropped():
     # Before: Keras' functional Model dropped every unknown keyword: depht=3 built the default depth,
     # num_clases=3 a 1000-class head, and from_preset's image_shape= the preset's 224x224 classifier.
