@@ -103,6 +103,10 @@ class CaiTImageClassifier(keras_hub.models.ImageClassifier):
             check_images(x, "x")
         return super().predict(x, *args, **kwargs)
 
+    def save_to_preset(self, preset_dir, max_shard_size=10):
+        super().save_to_preset(preset_dir, max_shard_size=max_shard_size)
+        presets.save_float_dtype(preset_dir)  # a mixed policy would not load back (keras-hub's loader)
+
     @classmethod
     def from_preset(cls, preset, load_weights=True, **kwargs):
         """A released checkpoint by its timm name, or any keras-hub preset (folder, hf://, kaggle://).

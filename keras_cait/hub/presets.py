@@ -10,10 +10,14 @@ into the one keras-hub model through timm's key map (`keras_cait.weights.timm_ke
 a checkpoint file instead, with no network (`weights_argument`).
 """
 
+import json
 import os
 
+import keras
+
 from keras_cait.errors import ArgumentError, Named, checked_bool
-from keras_cait.models import VARIANTS, checked_weights, load_classifier, parse_model_name
+from keras_cait.io.atomic import written_atomically
+from keras_cait.models import VARIANTS, checked_weights, parse_model_name
 from keras_cait.models.variants import IMAGENET_CLASSES, cait
 from keras_cait.weights import (
     CHECKPOINTS, checkpoint_grid, head_classes, load_imagenet_weights, load_state_dict, read_checkpoint,
@@ -95,7 +99,8 @@ def load_weights(backbone, preset, weights="imagenet", head=None):
     preset's checkpoint goes straight into the backbone's variables through timm's key map,
     strictly. A .safetensors or .pth file goes in the same way (`keras_cait.weights.load_state_dict`).
     A .weights.h5 file of keras_cait (`keras-cait convert`, `model.save_weights`) is loaded into
-    the CaiT it was saved from (`keras_cait.models.load_classifier`) and copied layer by layer:
+    the CaiT it was saved from (`keras_cait.models.variants.cait`, at the backbone's size, with the
+    file's head or none) and copied layer by layer:
     the backbone's layers have the same names.
     """
     integer = [weight.path for weight in backbone.weights if "int" in weight.dtype]
@@ -126,3 +131,22 @@ def load_weights(backbone, preset, weights="imagenet", head=None):
     else:
         load_state_dict(backbone, read_checkpoint(weights), source=f"checkpoint {weights}",
                         source_grid=checkpoint_grid(weights), head=head)
+
+
+def save_float_dtype(preset_dir):
+    """Writes the variables' dtype ("float32") where `config.json` holds a mixed policy
+    ("mixed_bfloat16"), after `save_to_preset`. keras-hub's loader reads that dtype to choose the
+    policy a preset loads under and takes only a plain float dtype (which it swaps for the global
+    policy) or a quantization map: a mixed policy fails there (`Invalid dtype: mixed_bfloat16`), so a
+    model fine-tuned under mixed precision could not be loaded back. It loads under the global policy,
+    as keras-hub's own presets do, or the `dtype=` given to `from_preset`."""
+    path = os.path.join(os.fspath(preset_dir), "config.json")
+    with open(path) as file:
+        config = json.load(file)
+    dtype = config.get("config", {}).get("dtype")
+    name = dtype.get("config", {}).get("name") if isinstance(dtype, dict) else None
+    if not (isinstance(name, str) and name.startswith("mixed_")):
+        return
+    dtype["config"]["name"] = keras.dtype_policies.get(name).variable_dtype
+    with written_atomically(path) as partial, open(partial, "w") as file:
+        json.dump(config, file, indent=4)

@@ -299,6 +299,35 @@ def test_save_to_preset_loads_back_through_keras_hub_with_bit_identical_predicti
                                   classifier.predict(np.stack(images), verbose=0))
 
 
+@pytest.mark.parametrize("mixed", ["mixed_bfloat16", "mixed_float16"])
+@pytest.mark.parametrize("saved_by", ["classifier", "backbone"])
+def test_a_model_made_under_a_mixed_policy_loads_back_from_its_preset(tmp_path, policy, mixed, saved_by):
+    """keras-hub's loader read the saved policy with `is_float_dtype('mixed_bfloat16')`: `Invalid dtype`
+    from `from_preset`, whichever class. The preset now holds the variables' dtype: it loads under the
+    global policy (keras-hub's rule for float presets) or the `dtype` given, with the same weights."""
+    backbone = CaiTBackbone(image_shape=(TINY_SIZE, TINY_SIZE, 3), **TINY_CAIT, dtype=mixed)
+    classifier = CaiTImageClassifier(backbone, 3, preprocessor=CaiTImageClassifierPreprocessor(
+        CaiTImageConverter(image_size=TINY_SIZE)))
+    saved = classifier if saved_by == "classifier" else backbone
+    saved.save_to_preset(str(tmp_path / "preset"))
+    load = keras_hub.models.ImageClassifier.from_preset if saved_by == "classifier" else \
+        keras_hub.models.Backbone.from_preset
+    plain = load(str(tmp_path / "preset"))
+    again = load(str(tmp_path / "preset"), dtype=mixed)
+    policy(mixed)
+    under_global = load(str(tmp_path / "preset"))
+    policy("float32")
+    assert plain.dtype_policy.name == "float32"
+    assert again.dtype_policy.name == under_global.dtype_policy.name == mixed
+    for loaded in (plain, again, under_global):
+        model = loaded.backbone if saved_by == "classifier" else loaded
+        for ours, theirs in zip(backbone.weights, model.weights):
+            np.testing.assert_array_equal(keras.ops.convert_to_numpy(ours), keras.ops.convert_to_numpy(theirs))
+    if saved_by == "classifier":
+        images = np.random.default_rng(0).uniform(0, 255, (2, TINY_SIZE, TINY_SIZE, 3)).astype("float32")
+        np.testing.assert_array_equal(again.predict(images, verbose=0), classifier.predict(images, verbose=0))
+
+
 def test_upload_preset_sends_a_folder_that_loads_back(fitted, tmp_path, monkeypatch):
     """keras_hub.upload_preset with huggingface_hub's upload replaced by a copy to a folder."""
     import shutil
