@@ -16,7 +16,7 @@ import keras
 from keras_cait.errors import Named, counted, report, say
 from keras_cait.io.atomic import unwritable
 from keras_cait.training import image_checks, resume, stream
-from keras_cait.training.callbacks import best_record_path, run_callbacks, tensorboard_installed
+from keras_cait.training.callbacks import BestModelCheckpoint, best_record_path, run_callbacks, tensorboard_installed
 from keras_cait.training.recipe import RECIPES
 from keras_cait.training.run_errors import RunError
 from keras_cait.training.run_plan import Plan, compile_for, fit_batch
@@ -75,9 +75,16 @@ class Run:
     def fit(self, model, stage, epochs, seed, image_size, validation, backup_every, shuffle_buffer, cache):
         """One resumable `fit` of `epochs` epochs, backed up as `stage`."""
         self.record.begin()
+        monitor = "val_accuracy" if validation is not None else "loss"
         callbacks, backup = run_callbacks(
             self.output_dir, os.path.join(self.output_dir, "backup", stage), backup_every,
-            monitor="val_accuracy" if validation is not None else "loss", stage=stage)
+            monitor=monitor, stage=stage)
+        # best.keras is the best of the whole run: a later stage starts from an earlier one's best
+        # (before, its first epoch replaced the head stage's better model whatever its accuracy).
+        earlier = _best_record(self.output_dir)
+        if earlier and earlier.get("monitor") == monitor:
+            checkpoint = next(callback for callback in callbacks if isinstance(callback, BestModelCheckpoint))
+            checkpoint.best = earlier["value"]
         augmentation = self.recipe.augmentation(image_size, self.data.train.num_classes)
 
         def stream_from(step):
@@ -167,11 +174,17 @@ FILES = {
 }
 
 
-def _summary(output_dir, finished_earlier=False, resumed=None):
-    best = None
-    with contextlib.suppress(OSError, ValueError, KeyError):
+def _best_record(output_dir):
+    """What best.keras is the best of (`BestModelCheckpoint`'s best.json), or None."""
+    with contextlib.suppress(OSError, ValueError):
         with open(best_record_path(os.path.join(output_dir, "best.keras"))) as file:
-            best = json.load(file)
+            record = json.load(file)
+        return record if isinstance(record, dict) else None
+    return None
+
+
+def _summary(output_dir, finished_earlier=False, resumed=None):
+    best = _best_record(output_dir)
     return {
         "output_dir": output_dir,
         "files": {name: what for name, what in FILES.items() if os.path.exists(os.path.join(output_dir, name))},

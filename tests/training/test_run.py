@@ -111,6 +111,32 @@ def test_a_python_finetune_returns_the_model_with_its_classes_and_a_summary(
                      precision="float32", val_fraction=0, verbose=0)
 
 
+@pytest.mark.large
+def test_best_keras_is_the_best_epoch_of_the_whole_run_not_of_its_last_stage(tiny_run, tmp_path, policy, monkeypatch):
+    """Each stage's checkpoint started from nothing, so the whole network's first epoch replaced the head
+    stage's better model. Here the head stage's record is made unbeatable (a loss of -1) once it ends:
+    the second stage must leave best.keras and best.json as the head stage left them."""
+    from keras_cait.training import run_folder
+
+    fit = run_folder.Run.fit
+
+    def fit_then_record_an_unbeatable_head(self, model, stage, *args, **kwargs):
+        history = fit(self, model, stage, *args, **kwargs)
+        if stage == "head":
+            record = json.loads((tmp_path / "run" / "best.json").read_text())
+            (tmp_path / "run" / "best.json").write_text(json.dumps({**record, "value": -1.0}))
+            os.utime(tmp_path / "run" / "best.keras", (1, 1))
+        return history
+
+    monkeypatch.setattr(run_folder.Run, "fit", fit_then_record_an_unbeatable_head)
+    model_path, data_dir = tiny_run
+    recipe = RECIPES["transfer"].replace(batch_size=10, head_epochs=1, epochs=2)
+    result = run.finetune(model_path, data_dir, tmp_path / "run", recipe=recipe, precision="float32",
+                          val_fraction=0, verbose=0)
+    assert result.summary["best"] == {"monitor": "loss", "value": -1.0, "epoch": 1, "stage": "head"}
+    assert os.stat(tmp_path / "run" / "best.keras").st_mtime == 1  # not written again
+
+
 @pytest.mark.parametrize("changes, argument, words", [
     (dict(batch_size=64), "recipe.batch_size", "recipe.batch_size=64: the global batch of 64 is larger than the 30 "
                                                "training images"),
