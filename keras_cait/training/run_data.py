@@ -79,6 +79,7 @@ def open_data(data, val_data, val_fraction, class_names, tfds_dir, seed):
     validation = None if val_data is None else open_source("val_data", val_data, class_names, tfds_dir)
     check_images({"data": (data, train), "val_data": (val_data, validation)})
     if validation is not None:
+        _check_same_classes(val_data, validation, data, train)
         return Data(train, validation, given(data), (("data", data, train), ("val_data", val_data, validation)))
     if val_fraction:
         _check_classes_can_be_split(data, train, val_fraction)
@@ -156,6 +157,16 @@ def check_val_fraction(val_fraction):
     if not 0 <= val_fraction < 1:
         raise RunError("val_fraction", val_fraction, "must be at least 0 and below 1: the part of data held out "
                        "for validation", ["e.g. ", Named("val_fraction", 0.1), " (0: no validation)"], usage=True)
+
+
+def _check_same_classes(val_data, validation, data, train):
+    """Validation data of other classes (or in another order) would be scored against the wrong
+    indices, and best.keras picked on that: refused before anything is written."""
+    if list(validation.class_names) == list(train.class_names):
+        return
+    raise RunError("val_data", _plain(val_data), [f"has the classes {listed(validation.class_names)} but ",
+                   Named("data", given(data)), f" has {listed(train.class_names)}"],
+                   "give validation images in class folders named as the training data's", shown=_shown_as(val_data))
 
 
 def check_classes(argument, data, source):

@@ -1,6 +1,7 @@
 """The error a run raises for what it is given (`RunError`), and `about`, which names the argument."""
 
 import contextlib
+import os
 import warnings
 
 from keras_cait.errors import ArgumentError, quietly_caused
@@ -48,8 +49,11 @@ def about(argument, value, *types):
     except RunError:
         raise
     except ArgumentError as error:
-        raise quietly_caused(RunError(error.argument, error.value, error.problem, error.allowed, usage=error.usage,
-                                      shown=error.shown), error) from None
+        # The reader's name for the run's own value (image_folder's `directory`) is the run's `argument`.
+        same = isinstance(value, (str, os.PathLike)) and isinstance(error.value, (str, os.PathLike)) and \
+            os.fspath(error.value) == os.fspath(value)
+        raise quietly_caused(RunError(argument if same else error.argument, error.value, error.problem, error.allowed,
+                                      usage=error.usage, shown=error.shown), error) from None
     except types as error:
         text = str(error).strip() or type(error).__name__
         raise quietly_caused(RunError(argument, value, text), error) from None

@@ -80,15 +80,18 @@ def check_classes(model, argument, value, data, source, blamed, advice):
     (`class_names`); `blamed`: the argument the `RunError` names, `advice`: what to do."""
     with about(argument, value, ValueError):
         classes = class_count(model)
+    # Each said of the argument the RunError names (`blamed`), the other one named in the line.
     if classes != source.num_classes:
-        raise RunError(blamed, value if blamed == argument else data,
-                       [Named(argument, value), f" predicts {classes} classes but ", Named("data", data),
-                        f" has {source.num_classes}"], advice)
+        raise RunError(blamed, value if blamed == argument else data, [
+            f"predicts {classes} classes but ", Named("data", data), f" has {source.num_classes}"] if blamed == argument
+            else [f"has {source.num_classes} classes but ", Named(argument, value), f" predicts {classes}"], advice)
     names = getattr(model, "class_names", None)
     if names is not None and list(names) != [str(name) for name in source.class_names]:
-        raise RunError(blamed, value if blamed == argument else data,
-                       [Named("data", data), f" has the classes {listed(source.class_names)} but ",
-                        Named(argument, value), f" was trained on {listed(names)}"], advice)
+        raise RunError(blamed, value if blamed == argument else data, [
+            f"was trained on {listed(names)} but ", Named("data", data), f" has the classes "
+            f"{listed(source.class_names)}"] if blamed == argument else [
+            f"has the classes {listed(source.class_names)} but ", Named(argument, value), " was trained on "
+            f"{listed(names)}"], advice)
 
 
 def fitted(model, recipe, teacher):

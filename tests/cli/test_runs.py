@@ -72,7 +72,7 @@ def test_evaluate_refuses_a_class_count_mismatch(tiny_cait, digits, tmp_path):
     model_path = str(tmp_path / "model.keras")
     tiny_cait(classes=4).save(model_path)
     args = runs.evaluate_parser().parse_args(["--model", model_path, "--data", folder])
-    with pytest.raises(UserError, match="predicts 4 classes but .* has 10"):
+    with pytest.raises(UserError, match="has 10 classes but .* predicts 4"):
         runs.evaluate_run(args)
     keras.mixed_precision.set_global_policy("float32")
 

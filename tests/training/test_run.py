@@ -179,6 +179,25 @@ def test_python_evaluate_reports_the_accuracy_of_a_model_file(tiny_run, policy):
     assert 0 <= report["top1"] <= report["top5"] <= 1
 
 
+def test_evaluate_on_other_classes_says_each_argument_once(tiny_cait, digits, tmp_path, policy):
+    """`data='…': data='…' has the classes …`: the argument the error names was said again in its line."""
+    data_dir = digits(tmp_path / "digits", per_class=1, size=8, classes=range(3))
+    model = tiny_cait(classes=3)
+    model.class_names = ["ant", "bee", "cow"]
+    model.save(tmp_path / "m.keras")
+    with pytest.raises(run.RunError) as raised:
+        run.evaluate(str(tmp_path / "m.keras"), data_dir, verbose=0)
+    assert str(raised.value).startswith(
+        f"data={os.path.abspath(data_dir)!r}: has the classes 0, 1, 2 but model={str(tmp_path / 'm.keras')!r} was "
+        "trained on ant, bee, cow; ")
+    four = tiny_cait(classes=4)
+    four.save(tmp_path / "four.keras")
+    with pytest.raises(run.RunError) as raised:
+        run.evaluate(str(tmp_path / "four.keras"), data_dir, verbose=0)
+    assert str(raised.value).startswith(
+        f"data={os.path.abspath(data_dir)!r}: has 3 classes but model={str(tmp_path / 'four.keras')!r} predicts 4; ")
+
+
 @pytest.mark.parametrize("gpus, flags, expected", [
     (1, {"avx2"}, "mixed_float16"),
     (0, {"avx2", "avx512f", "avx512_bf16"}, "mixed_bfloat16"),
@@ -250,6 +269,39 @@ def test_val_data_with_val_fraction_is_refused_naming_both(tiny_run, tmp_path, m
         "give one of them")
     assert (raised.value.argument, raised.value.usage) == ("val_fraction", True)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("classes", [range(3), [0, 2, 1, 3]], ids=["other_classes", "other_count"])
+def test_val_data_of_other_classes_than_data_is_refused_before_anything_is_built(digits, tmp_path, monkeypatch,
+                                                                                 classes):
+    """Validation folders of other classes were scored against the training classes' indices (best.keras
+    picked on that), silently; of another count the run failed in Keras after an epoch, files left."""
+    data_dir = digits(tmp_path / "photos", per_class=2, size=8, classes=range(4))
+    val_dir = digits(tmp_path / "held_out", per_class=1, size=8, classes=classes)
+    if len(list(classes)) == 4:  # the same count, other names: 0, 1, 2, 3 -> a, b, c, d
+        for index, name in enumerate("abcd"):
+            os.rename(os.path.join(val_dir, str(index)), os.path.join(val_dir, name))
+    _refuse(monkeypatch, run_models, "classifier")
+    with pytest.raises(run.RunError) as raised:
+        run.finetune("XXS24", data_dir, tmp_path / "run", weights=None, val_data=val_dir, verbose=0)
+    validation = "a, b, c, d" if len(list(classes)) == 4 else "0, 1, 2"
+    assert str(raised.value) == (f"val_data={val_dir!r}: has the classes {validation} but data="
+                                 f"{os.path.abspath(data_dir)!r} has 0, 1, 2, 3; give validation images in class "
+                                 "folders named as the training data's")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("argument", ["data", "val_data"])
+def test_a_file_given_for_a_data_folder_is_named_by_the_run_s_argument(tiny_run, tmp_path, monkeypatch, argument):
+    """It was named `directory=`, image_folder's argument, which the caller never gave."""
+    model_path, data_dir = tiny_run
+    image = os.path.join(data_dir, "0", sorted(os.listdir(os.path.join(data_dir, "0")))[0])
+    _refuse(monkeypatch, run_models, "classifier")
+    folders = {"data": data_dir, "val_data": None, argument: image}
+    with pytest.raises(run.RunError) as raised:
+        run.finetune(model_path, folders["data"], tmp_path / "run", val_data=folders["val_data"], verbose=0)
+    assert str(raised.value) == (f"{argument}={image!r}: is a file, not a folder; give the folder that holds one "
+                                 "subfolder per class")
 
 
 def test_a_class_of_one_image_is_refused_by_its_folder_when_a_fraction_is_held_out(digits, tmp_path, monkeypatch):
