@@ -3,6 +3,8 @@
 import importlib.util
 import json
 import os
+import shutil
+import zipfile
 
 import keras
 
@@ -29,6 +31,28 @@ def save_model(model, path):
                             getattr(model, "class_names", None))
     with written_atomically(path) as partial:
         bare.save(partial)
+        _unfrozen(partial)
+
+
+def _unfrozen(path):
+    """Rewrites the `.keras` file at `path` with every layer's `trainable` flag True in its config: the
+    file holds the model, not the stage it was saved in (the head stage's frozen backbone came back
+    frozen from `load_model`, and a later `fit` trained the head alone, silently). LoRA's frozen
+    kernels are the variables' own flags, not the config's, and stay frozen."""
+    def thawed(value):
+        if isinstance(value, dict):
+            return {key: True if key == "trainable" else thawed(item) for key, item in value.items()}
+        return [thawed(item) for item in value] if isinstance(value, list) else value
+
+    rewritten = f"{path}.thawed"
+    with zipfile.ZipFile(path) as source, zipfile.ZipFile(rewritten, "w", zipfile.ZIP_DEFLATED) as target:
+        for entry in source.infolist():
+            if entry.filename == "config.json":
+                target.writestr(entry, json.dumps(thawed(json.loads(source.read(entry)))))
+                continue
+            with source.open(entry) as reading, target.open(entry, "w") as writing:
+                shutil.copyfileobj(reading, writing, 1 << 20)
+    os.replace(rewritten, path)
 
 
 class BestModelCheckpoint(keras.callbacks.Callback):

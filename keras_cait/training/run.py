@@ -356,6 +356,8 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
                 shuffle_buffer, cache)
     if lora_rank:
         classifier = lora.merge_lora(classifier)
+    if not recipe.epochs:  # a head-only run: the model returned, as its file, is frozen no more
+        transfer.set_backbone_trainable(classifier, True)
     save_model(classifier, os.path.join(run.output_dir, "final.keras"))
     run.record.finish(last_stage)
     return RunResult(classifier, run.summary())

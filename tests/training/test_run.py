@@ -137,6 +137,20 @@ def test_best_keras_is_the_best_epoch_of_the_whole_run_not_of_its_last_stage(tin
     assert os.stat(tmp_path / "run" / "best.keras").st_mtime == 1  # not written again
 
 
+@pytest.mark.large
+def test_a_head_only_run_returns_and_saves_a_model_whose_backbone_trains(tiny_run, tmp_path, policy):
+    """The head stage's frozen backbone stayed frozen in the returned model, final.keras and best.keras:
+    a later fit of either trained the head alone, silently."""
+    model_path, data_dir = tiny_run
+    recipe = RECIPES["transfer"].replace(batch_size=10, head_epochs=1, epochs=0)
+    result = run.finetune(model_path, data_dir, tmp_path / "run", recipe=recipe, precision="float32",
+                          val_fraction=0, verbose=0)
+    every = len(keras.models.load_model(model_path).trainable_weights)
+    assert len(result.model.trainable_weights) == every
+    for name in ("final.keras", "best.keras"):
+        assert len(keras.models.load_model(tmp_path / "run" / name).trainable_weights) == every, name
+
+
 @pytest.mark.parametrize("changes, argument, words", [
     (dict(batch_size=64), "recipe.batch_size", "recipe.batch_size=64: the global batch of 64 is larger than the 30 "
                                                "training images"),
