@@ -204,15 +204,23 @@ def train(model, data, output_dir, *, recipe=None, val_data=None, class_names=No
     """
     if isinstance(model, dict):  # build_cait's arguments, or a variant name (or a model), checked first
         run_models.check_architecture(model)
+    elif isinstance(model, keras.Model) or is_keras_file(model):  # else "weights=None: applies to a name"
+        raise RunError("model", model if is_keras_file(model) else None, "train builds a CaiT from random weights: "
+                       "give a variant name or a dict of build_cait arguments",
+                       "to train a saved model further, finetune it: run.finetune(model, data, output_dir)",
+                       usage=True, shown=None if is_keras_file(model) else f"<{type(model).__name__}>")
     else:
         run_models.check_model(model)
     run_data.check_data("data", data)
     if val_data is not None:
         run_data.check_data("val_data", val_data)
     run_folder.check_output_dir(output_dir)
+    deterministic, jit_compile, cache, fit_batch_to_data = run_plan.checked_switches(
+        deterministic=deterministic, jit_compile=jit_compile, cache=cache, fit_batch_to_data=fit_batch_to_data)
     fit_batch_to_data = recipe is None if fit_batch_to_data is None else fit_batch_to_data
     recipe = run_plan.checked_recipe(recipe, RECIPES["deit"])
-    check_crop_pct(crop_pct)
+    with about("crop_pct", crop_pct):
+        check_crop_pct(crop_pct)
     with about("image_size", image_size):
         image_size = checked_image_size(image_size, model.get("patch_size", 16) if isinstance(model, dict) else 16)
     run_plan.check_counts(seed=seed, backup_every=backup_every, shuffle_buffer=shuffle_buffer)
@@ -286,13 +294,16 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
     if val_data is not None:
         run_data.check_data("val_data", val_data)
     run_folder.check_output_dir(output_dir)
+    deterministic, jit_compile, cache, fit_batch_to_data = run_plan.checked_switches(
+        deterministic=deterministic, jit_compile=jit_compile, cache=cache, fit_batch_to_data=fit_batch_to_data)
     fit_batch_to_data = recipe is None if fit_batch_to_data is None else fit_batch_to_data
     with about("weights", weights):
         random_weights = not isinstance(model, keras.Model) and not is_keras_file(model) and (
             checked_weights(weights) is None)
     scratch_chosen = recipe is None and random_weights
     recipe = run_plan.checked_recipe(RECIPES["scratch"] if scratch_chosen else recipe, RECIPES["transfer"])
-    check_crop_pct(crop_pct)
+    with about("crop_pct", crop_pct):
+        check_crop_pct(crop_pct)
     with about("image_size", image_size):
         image_size = None if image_size is None else checked_image_size(image_size)
     run_plan.check_counts(seed=seed, backup_every=backup_every, shuffle_buffer=shuffle_buffer, lora_rank=lora_rank)
@@ -384,7 +395,8 @@ def evaluate(model, data, *, weights="imagenet", class_names=None, tfds_dir=None
     run_models.check_model(model)
     run_data.check_data("data", data)
     check_precision(precision)
-    check_crop_pct(crop_pct)
+    with about("crop_pct", crop_pct):
+        check_crop_pct(crop_pct)
     run_plan.check_counts(batch_size=batch_size)
     with about("image_size", image_size):
         image_size = None if image_size is None else checked_image_size(image_size)

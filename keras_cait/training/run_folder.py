@@ -28,6 +28,9 @@ def check_output_dir(output_dir):
     if not isinstance(output_dir, (str, os.PathLike)):
         raise RunError("output_dir", output_dir, f"must be a folder's path, not {type(output_dir).__name__}",
                        ["e.g. ", Named("output_dir", "runs/flowers")], usage=True)
+    if not os.fspath(output_dir).strip():  # '' wrote the run's files into the working folder
+        raise RunError("output_dir", os.fspath(output_dir), "is empty, no folder's path",
+                       ["e.g. ", Named("output_dir", "runs/flowers"), ", or '.' for the working folder"], usage=True)
     problem = unwritable(output_dir)
     if problem:
         raise RunError("output_dir", os.fspath(output_dir), *problem)

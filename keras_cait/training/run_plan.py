@@ -5,7 +5,7 @@ import numbers
 
 import keras
 
-from keras_cait.errors import Named
+from keras_cait.errors import Named, checked_bool
 from keras_cait.training import distribute, stream
 from keras_cait.training.knobs import in_recipe
 from keras_cait.training.recipe import RECIPES, Recipe
@@ -141,3 +141,23 @@ def compile_for(model, recipe, global_batch, steps_per_epoch, head=False, jit_co
         weighted_metrics=_metrics(getattr(model, "student", model).output_shape[-1]),
         jit_compile="auto" if jit_compile else False,
     )
+
+
+# What each switch of a run means, for its message (a str from a config, 'no', is truthy).
+_SWITCHES = {
+    "deterministic": "True (TensorFlow's deterministic ops) or False",
+    "jit_compile": "True (XLA) or False",
+    "cache": "True (the encoded images kept in memory after the first epoch) or False",
+    "fit_batch_to_data": "True (a batch larger than the data lowered to it), False or None (True without a recipe)",
+}
+
+
+def checked_switches(**switches):
+    """The run's True-or-False arguments in order, each checked as `errors.checked_bool` checks it
+    (`fit_batch_to_data` may be None), as a `RunError` naming it before anything is read or written."""
+    checked = []
+    for name, value in switches.items():
+        with about(name, value):
+            checked.append(None if value is None and name == "fit_batch_to_data" else
+                           checked_bool(name, value, _SWITCHES[name]))
+    return checked

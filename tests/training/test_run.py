@@ -272,6 +272,51 @@ def _refuse(monkeypatch, module, name):
     monkeypatch.setattr(module, name, refused)
 
 
+@pytest.mark.parametrize("command", ["train", "finetune"])
+@pytest.mark.parametrize("arguments, line", [
+    # Before: 'no' is truthy, so fit_batch_to_data='no' lowered the batch and deterministic='no' turned
+    # TensorFlow's deterministic ops on; cache='no' and crop_pct='1' were ArgumentErrors (no RunError),
+    # cache's after run.json was written; output_dir='' wrote the run into the working folder.
+    (dict(fit_batch_to_data="no"), "fit_batch_to_data='no': must be True (a batch larger than the data lowered to "
+                                   "it), False or None (True without a recipe), not str"),
+    (dict(deterministic="no"), "deterministic='no': must be True (TensorFlow's deterministic ops) or False, not str"),
+    (dict(jit_compile="False"), "jit_compile='False': must be True (XLA) or False, not str"),
+    (dict(cache="no"), "cache='no': must be True (the encoded images kept in memory after the first epoch) or "
+                       "False, not str"),
+    (dict(crop_pct="1"), "crop_pct='1': must be a number in (0, 1], not str; e.g. crop_pct=1.0 (CaiT) or "
+                         "crop_pct=0.875 (DeiT)"),
+    (dict(output_dir=""), "output_dir='': is empty, no folder's path; e.g. output_dir='runs/flowers', or '.' for "
+                          "the working folder"),
+])
+def test_a_switch_or_folder_a_run_cannot_take_is_a_run_error_before_anything_is_read(
+        tiny_run, tmp_path, monkeypatch, command, arguments, line):
+    model_path, data_dir = tiny_run
+    _refuse(monkeypatch, run_data, "open_data")
+    monkeypatch.chdir(tmp_path)
+    arguments = {"output_dir": tmp_path / "run", **arguments}
+    with pytest.raises(run.RunError) as raised:
+        if command == "train":
+            run.train("XXS24", data_dir, image_size=32, verbose=0, **arguments)
+        else:
+            run.finetune(model_path, data_dir, verbose=0, **arguments)
+    assert str(raised.value) == line
+    assert sorted(os.listdir(tmp_path)) == ["digits", "pretrained.keras"]
+
+
+def test_train_given_a_saved_model_says_to_finetune_it(tiny_run, tmp_path, monkeypatch):
+    """It said `weights=None: applies to a variant name; … leave weights out` (train has no weights), and of a
+    model object `Object of type CaiTModel is not JSON serializable`."""
+    model_path, data_dir = tiny_run
+    _refuse(monkeypatch, run_data, "open_data")
+    for model, shown in [(model_path, repr(model_path)), (keras.models.load_model(model_path), "<CaiTModel>")]:
+        with pytest.raises(run.RunError) as raised:
+            run.train(model, data_dir, tmp_path / "run", verbose=0)
+        assert str(raised.value) == (
+            f"model={shown}: train builds a CaiT from random weights: give a variant name or a dict of build_cait "
+            "arguments; to train a saved model further, finetune it: run.finetune(model, data, output_dir)")
+    assert not (tmp_path / "run").exists()
+
+
 def test_val_data_with_val_fraction_is_refused_naming_both(tiny_run, tmp_path, monkeypatch):
     """A given val_fraction was ignored silently when val_data was given too."""
     model_path, data_dir = tiny_run
