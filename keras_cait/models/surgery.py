@@ -124,8 +124,12 @@ def at_resolution(model, image_size):
     """
     check_model_object(model, "at_resolution")
     patch_size = next(
-        layer.patch_size for layer in model.layers if isinstance(layer, PatchEmbedding)
+        (layer.patch_size for layer in model.layers if isinstance(layer, PatchEmbedding)), None
     )
+    if patch_size is None:  # was a bare StopIteration
+        raise ArgumentError("model", model, f"{model.name!r} has no PatchEmbedding layer: it is not a CaiT at the "
+                            "top level", "give a CaiT (keras_cait.CaiT_* or load_classifier), not a model that wraps "
+                            "one", usage=True, shown=f"<{model.name}>")
     image_size = checked_image_size(image_size, patch_size)
     if any(weight.path.endswith("/lora_kernel_a") for weight in model.weights):  # enable_lora's
         raise ArgumentError("model", model, "has LoRA weights, which at_resolution does not carry over",

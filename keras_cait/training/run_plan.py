@@ -65,7 +65,7 @@ def check_recipe(recipe, teacher, command):
         raise RunError("recipe.warmup_epochs", recipe.warmup_epochs,
                        ["the warmup must be shorter than the run of ", in_recipe("epochs", recipe.epochs)],
                        ["give ", in_recipe("epochs", int(recipe.warmup_epochs) + 1), " or more, or ",
-                        in_recipe("warmup_epochs", max(0, recipe.epochs - 1)), " or less"], usage=True)
+                        in_recipe("warmup_epochs"), f" from 0 to below {recipe.epochs} (fractions too)"], usage=True)
 
 
 def distribution(strategy):

@@ -116,6 +116,19 @@ def _model_takers():
     }
 
 
+def test_at_resolution_of_a_model_that_is_no_cait_names_it():
+    """A bare StopIteration, without a message."""
+    from keras_cait.errors import ArgumentError
+    from keras_cait.models.surgery import at_resolution
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)], name="dense_only")
+    with pytest.raises(ArgumentError) as refused:
+        at_resolution(model, 64)
+    assert str(refused.value) == ("model=<dense_only>: 'dense_only' has no PatchEmbedding layer: it is not a CaiT at "
+                                  "the top level; give a CaiT (keras_cait.CaiT_* or load_classifier), not a model "
+                                  "that wraps one")
+
+
 @pytest.mark.parametrize("taker", list(_model_takers()))
 def test_a_function_that_takes_a_model_given_a_path_says_to_load_it(taker):
     call = _model_takers()[taker]

@@ -156,7 +156,7 @@ def test_a_head_only_run_returns_and_saves_a_model_whose_backbone_trains(tiny_ru
                                                "training images"),
     (dict(epochs=3, warmup_epochs=5.0), "recipe.warmup_epochs",
      "recipe.warmup_epochs=5.0: the warmup must be shorter than the run of recipe.epochs=3; give recipe.epochs=6 or "
-     "more, or recipe.warmup_epochs=2 or less"),
+     "more, or recipe.warmup_epochs from 0 to below 3 (fractions too)"),
     (dict(epochs=0, head_epochs=0), "recipe.epochs", "recipe.epochs=0: nothing to train, with recipe.head_epochs=0; "
                                                      "give recipe.epochs or recipe.head_epochs of at least 1"),
 ])
