@@ -8,7 +8,7 @@ import numpy as np
 
 from keras_cait.errors import ArgumentError, Named, checked_bool
 from keras_cait.weights.convert import (
-    checkpoint_grid, load_state_dict, nonfinite_error, read_checkpoint, timm_key_map,
+    checkpoint_grid, load_state_dict, nonfinite_error, read_checkpoint, timm_key_map, unreadable,
 )
 from keras_cait.weights.download import DownloadError, cache_dir, cached_checkpoint, size_bound, with_imagenet_checkpoint
 from keras_cait.weights.registry import CHECKPOINTS, WEIGHT_FILES
@@ -43,10 +43,7 @@ def _check_keras_weights_fit(model, path, argument):
                     (name, item.shape)) if hasattr(item, "shape") and "position_embedding" not in name else None
             )
     except OSError as error:
-        raise ValueError(
-            f"{path} is not a readable Keras .weights.h5 file ({error}): it is truncated or of "
-            "another format. Save the weights again (model.save_weights) or pass the right file."
-        ) from error
+        raise _unreadable_keras_weights(path, error) from error
     if not file_shapes and not file_head:
         raise ArgumentError(argument, path, "holds no weights at all (an empty .weights.h5 file)",
                             "save them again: model.save_weights(path)")
@@ -67,6 +64,11 @@ def _check_keras_weights_fit(model, path, argument):
             f"{surplus} that the model lacks, and lacks {lacking}. Is it a checkpoint of "
             "another CaiT variant?"
         )
+
+
+def _unreadable_keras_weights(path, error):
+    return ValueError(f"{path} is not a readable Keras .weights.h5 file ({error}): it is truncated or of "
+                      "another format. Save the weights again (model.save_weights) or pass the right file.")
 
 
 def _check_head_fits(model, path, file_head, argument):
@@ -114,15 +116,23 @@ def head_classes(path):
         import h5py
 
         shapes = []
-        with h5py.File(path, "r") as file:
-            file.visititems(lambda name, item: shapes.append(item.shape)
-                            if name.startswith("layers/dense/") and hasattr(item, "shape") else None)
+        try:
+            with h5py.File(path, "r") as file:
+                file.visititems(lambda name, item: shapes.append(item.shape)
+                                if name.startswith("layers/dense/") and hasattr(item, "shape") else None)
+        except OSError as error:
+            raise _unreadable_keras_weights(path, error) from error
         return shapes[0][-1] if shapes else None
     if path.endswith(".safetensors"):
         from safetensors import safe_open
 
-        with safe_open(path, framework="numpy") as file:
-            return file.get_slice("head.weight").get_shape()[0] if "head.weight" in file.keys() else None
+        try:
+            with safe_open(path, framework="numpy") as file:
+                return file.get_slice("head.weight").get_shape()[0] if "head.weight" in file.keys() else None
+        except FileNotFoundError:
+            raise
+        except Exception as error:  # safetensors' own error type is not public
+            raise unreadable(path, "safetensors", error) from error
     head = read_checkpoint(path).get("head.weight")
     return None if head is None else head.shape[0]
 

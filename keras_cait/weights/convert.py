@@ -216,7 +216,7 @@ def checkpoint_grid(path):
         with safe_open(path, framework="numpy") as file:
             stated = (file.metadata() or {}).get("grid_size")
     except Exception as error:  # safetensors' own error type is not public
-        raise _unreadable(path, "safetensors", error) from error
+        raise unreadable(path, "safetensors", error) from error
     if stated is None:
         return None
     try:
@@ -228,7 +228,7 @@ def checkpoint_grid(path):
     return rows, cols
 
 
-def _unreadable(path, kind, error):
+def unreadable(path, kind, error):
     size = os.path.getsize(path)
     return ValueError(
         f"{path} ({size} bytes) is not a readable {kind} checkpoint: {error}. The file is "
@@ -264,7 +264,7 @@ def read_checkpoint(path):
         except FileNotFoundError:
             raise
         except Exception as error:  # safetensors' own error type is not public
-            raise _unreadable(path, "safetensors", error) from error
+            raise unreadable(path, "safetensors", error) from error
     if path.endswith((".pth", ".pt")):
         try:
             import torch
@@ -279,7 +279,7 @@ def read_checkpoint(path):
             raise
         except pickle.UnpicklingError as error:  # torch's advice (weights_only=False) would run it
             if "Unsupported global" not in str(error):  # random bytes, a damaged pickle: no code named
-                raise _unreadable(path, "PyTorch", "its pickle does not parse") from error
+                raise unreadable(path, "PyTorch", "its pickle does not parse") from error
             raise ValueError(
                 f"{path} holds objects other than tensors and numbers (pickled code?), so it "
                 "was not loaded: keras_cait reads .pth files with torch.load(weights_only=True), "
@@ -287,7 +287,7 @@ def read_checkpoint(path):
             ) from error
         except Exception as error:  # truncated, or no torch file at all (text: KeyError, UnicodeDecodeError)
             said = " ".join(str(error).split())[:80]
-            raise _unreadable(path, "PyTorch", f"torch.load failed with {type(error).__name__}: {said}") from error
+            raise unreadable(path, "PyTorch", f"torch.load failed with {type(error).__name__}: {said}") from error
         if isinstance(checkpoint, dict) and "model" in checkpoint:
             checkpoint = checkpoint["model"]
         if not isinstance(checkpoint, dict) or not all(
