@@ -113,6 +113,10 @@ class Distiller(keras.Model):
                     "build it first, e.g. keras.applications.ResNet50() or keras.models.load_model('teacher.keras')"
                     if argument == "teacher" else "e.g. keras_cait.CaiT_S24(weights=None)",
                     usage=True, shown=None if isinstance(model, str) else f"<{type(model).__name__}>")
+        if teacher_preprocessing is not None and not callable(teacher_preprocessing):  # failed in fit, each step
+            raise ArgumentError("teacher_preprocessing", teacher_preprocessing, "must be a function of the student's "
+                                f"input batch, not a {type(teacher_preprocessing).__name__}",
+                                "e.g. lambda images: keras.ops.image.resize(images, (299, 299)), or None", usage=True)
         _check_same_classes(_classes(student), _classes(teacher))
         self.student = student
         self.teacher = teacher

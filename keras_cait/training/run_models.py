@@ -40,6 +40,10 @@ def check_teacher(teacher, recipe):
         raise RunError("teacher", None, ["needed by ", in_recipe("distillation_type", recipe.distillation_type)],
                        ["give a .keras model or a keras.applications name, e.g. ", Named("teacher", TEACHER_EXAMPLE)],
                        usage=True)
+    if teacher is not None and not isinstance(teacher, (str, os.PathLike, keras.Model)):  # teacher=5 was looked
+        raise RunError("teacher", teacher, f"not a model, a .keras file or a keras.applications name, but of type "
+                       f"{type(teacher).__name__}", ["e.g. ", Named("teacher", TEACHER_EXAMPLE), " or ",
+                       Named("teacher", "teacher.keras")], usage=True, shown=f"<{type(teacher).__name__}>")
     if is_keras_file(teacher) and not os.path.isfile(teacher):
         raise RunError("teacher", os.fspath(teacher), "no such file",
                        ["give a .keras model or a keras.applications name, e.g. ", Named("teacher", TEACHER_EXAMPLE)])

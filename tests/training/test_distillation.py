@@ -123,6 +123,10 @@ def test_a_teacher_or_student_that_is_no_model_is_refused_naming_it():
         Distiller(passthrough(), "resnet50")
     with pytest.raises(ValueError, match=r"^student=<NoneType>: Distiller takes a Keras model, not a NoneType"):
         Distiller(None, passthrough())
+    # Taken, then `TypeError: 'str' object is not callable` on fit's first step.
+    with pytest.raises(ValueError, match=r"^teacher_preprocessing='resize': must be a function of the student's "
+                                         r"input batch, not a str; e\.g\. lambda images"):
+        Distiller(passthrough(), passthrough(), teacher_preprocessing="resize")
 
 
 def test_bad_settings_are_explained():

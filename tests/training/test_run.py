@@ -303,6 +303,18 @@ def test_a_switch_or_folder_a_run_cannot_take_is_a_run_error_before_anything_is_
     assert sorted(os.listdir(tmp_path)) == ["digits", "pretrained.keras"]
 
 
+def test_a_teacher_of_no_kind_a_run_takes_is_named_by_its_type(tiny_run, tmp_path, monkeypatch):
+    """`teacher=5` was looked up in keras.applications and said to need the network."""
+    model_path, data_dir = tiny_run
+    _refuse(monkeypatch, run_data, "open_data")
+    with pytest.raises(run.RunError) as raised:
+        run.finetune(model_path, data_dir, tmp_path / "run", recipe=RECIPES["transfer"].replace(
+            distillation_type="hard"), teacher=5, verbose=0)
+    assert str(raised.value) == ("teacher=<int>: not a model, a .keras file or a keras.applications name, but of type "
+                                 "int; e.g. teacher='ConvNeXtTiny' or teacher='teacher.keras'")
+    assert not (tmp_path / "run").exists()
+
+
 def test_train_given_a_saved_model_says_to_finetune_it(tiny_run, tmp_path, monkeypatch):
     """It said `weights=None: applies to a variant name; … leave weights out` (train has no weights), and of a
     model object `Object of type CaiTModel is not JSON serializable`."""
