@@ -88,7 +88,8 @@ def check_classes(model, argument, value, data, source, blamed, advice):
     if classes != source.num_classes:
         raise RunError(blamed, value if blamed == argument else data, [
             f"predicts {classes} classes but ", Named("data", data), f" has {source.num_classes}"] if blamed == argument
-            else [f"has {source.num_classes} classes but ", Named(argument, value), f" predicts {classes}"], advice)
+            else [f"has {source.num_classes} classes but ", Named(argument, value), f" predicts {classes} classes"],
+            advice)
     names = getattr(model, "class_names", None)
     if names is not None and list(names) != [str(name) for name in source.class_names]:
         raise RunError(blamed, value if blamed == argument else data, [

@@ -209,7 +209,8 @@ def test_evaluate_on_other_classes_says_each_argument_once(tiny_cait, digits, tm
     with pytest.raises(run.RunError) as raised:
         run.evaluate(str(tmp_path / "four.keras"), data_dir, verbose=0)
     assert str(raised.value).startswith(
-        f"data={os.path.abspath(data_dir)!r}: has 3 classes but model={str(tmp_path / 'four.keras')!r} predicts 4; ")
+        f"data={os.path.abspath(data_dir)!r}: has 3 classes but model={str(tmp_path / 'four.keras')!r} predicts 4 "
+        "classes; ")
 
 
 @pytest.mark.parametrize("gpus, flags, expected", [
