@@ -55,8 +55,11 @@ class Recipe(Knobs):
         if self.sched == "epoch":
             return schedule.EpochCosine(peak, self.epochs, steps_per_epoch, self.warmup_epochs, self.warmup_lr,
                                         minimum=minimum)
-        return schedule.warmup_cosine(peak, self.epochs * steps_per_epoch,
-                                      round(self.warmup_epochs * steps_per_epoch), self.warmup_lr, minimum)
+        total = self.epochs * steps_per_epoch
+        # Rounded to steps, a warmup shorter than the run in epochs (1.5 of 2, at 1 step an epoch) could
+        # fill it, which warmup_cosine refuses naming its own warmup_steps: at most the run less one step.
+        return schedule.warmup_cosine(peak, total, min(round(self.warmup_epochs * steps_per_epoch), total - 1),
+                                      self.warmup_lr, minimum)
 
     def optimizer(self, model, global_batch, steps_per_epoch, head=False):
         """AdamW on `model` (DeiT's decay set) with the recipe's schedule, clipping and EMA.

@@ -100,6 +100,15 @@ def test_what_a_recipe_builds_refuses_its_arguments_in_their_own_names(call, lin
     assert str(caught.value) == line
 
 
+def test_a_warmup_shorter_than_the_run_in_epochs_stays_shorter_in_steps():
+    """The scratch recipe's 1.5 warmup epochs of 2, at 1 step an epoch (a folder of 14 images), rounded to
+    2 steps of 2: `warmup_steps=2: must be … shorter than the run of total_steps=2` (keras-cait finetune
+    --weights none --epochs 2 on a tiny folder named flags it has not)."""
+    recipe = RECIPES["scratch"].replace(epochs=2)
+    rates = recipe.learning_rate(14, 1)
+    assert float(rates(0)) == pytest.approx(recipe.warmup_lr) and float(rates(1)) == pytest.approx(recipe.peak_lr(14))
+
+
 def test_what_a_recipe_builds_takes_a_config_s_whole_float_as_before():
     assert RECIPES["deit"].peak_lr(64.0) == RECIPES["deit"].peak_lr(64)
     schedule_of = RECIPES["transfer"].learning_rate(32.0, 10.0, head=True)
