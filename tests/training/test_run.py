@@ -196,21 +196,16 @@ def test_python_evaluate_reports_the_accuracy_of_a_model_file(tiny_run, policy):
 def test_evaluate_on_other_classes_says_each_argument_once(tiny_cait, digits, tmp_path, policy):
     """`data='…': data='…' has the classes …`: the argument the error names was said again in its line."""
     data_dir = digits(tmp_path / "digits", per_class=1, size=8, classes=range(3))
-    model = tiny_cait(classes=3)
-    model.class_names = ["ant", "bee", "cow"]
-    model.save(tmp_path / "m.keras")
-    with pytest.raises(run.RunError) as raised:
-        run.evaluate(str(tmp_path / "m.keras"), data_dir, verbose=0)
-    assert str(raised.value).startswith(
-        f"data={os.path.abspath(data_dir)!r}: has the classes 0, 1, 2 but model={str(tmp_path / 'm.keras')!r} was "
-        "trained on ant, bee, cow; ")
-    four = tiny_cait(classes=4)
-    four.save(tmp_path / "four.keras")
-    with pytest.raises(run.RunError) as raised:
-        run.evaluate(str(tmp_path / "four.keras"), data_dir, verbose=0)
-    assert str(raised.value).startswith(
-        f"data={os.path.abspath(data_dir)!r}: has 3 classes but model={str(tmp_path / 'four.keras')!r} predicts 4 "
-        "classes; ")
+    named, four = tiny_cait(classes=3), tiny_cait(classes=4)
+    named.class_names = ["ant", "bee", "cow"]
+    for model, name, problem in [(named, "m.keras", "has the classes 0, 1, 2 but model={!r} was trained on ant, "
+                                                    "bee, cow; "),
+                                 (four, "four.keras", "has 3 classes but model={!r} predicts 4 classes; ")]:
+        model.save(tmp_path / name)
+        with pytest.raises(run.RunError) as raised:
+            run.evaluate(str(tmp_path / name), data_dir, verbose=0)
+        assert str(raised.value).startswith(
+            f"data={os.path.abspath(data_dir)!r}: " + problem.format(str(tmp_path / name)))
 
 
 @pytest.mark.parametrize("gpus, flags, expected", [
