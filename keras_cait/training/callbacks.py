@@ -79,16 +79,22 @@ class BestModelCheckpoint(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         value = (logs or {}).get(self.monitor)
         if value is None:
-            raise KeyError(
-                f"BestModelCheckpoint monitors {self.monitor!r}, which the epoch's logs lack "
-                f"(they have {sorted(logs or {})}); monitor one of them."
-            )
+            unvalidated = self.monitor.startswith("val_") and not any(key.startswith("val_") for key in logs or {})
+            raise _MonitorMissing(
+                "monitor", self.monitor, f"the epoch's logs lack it (they have {', '.join(sorted(logs or {}))})"
+                + (": fit was given no validation_data" if unvalidated else ""),
+                "give fit validation_data" if unvalidated else "monitor one of them", usage=True)
         value = float(value)
         if self.best is None or (value < self.best if self.mode == "min" else value > self.best):
             self.best = value
             save_model(self.model, self.filepath)
             record = {"monitor": self.monitor, "value": value, "epoch": epoch + 1, "stage": self.stage}
             write_text(best_record_path(self.filepath), json.dumps(record) + "\n")
+
+
+class _MonitorMissing(ArgumentError, KeyError):
+    """The monitored metric is not in an epoch's logs (a KeyError, as it was, and an ArgumentError naming
+    `monitor`)."""
 
 
 def _model_path(filepath, example):

@@ -131,6 +131,14 @@ class Distiller(keras.Model):
     def call(self, inputs, training=None):
         return self.student(inputs, training=training)
 
+    def save(self, filepath, *args, **kwargs):
+        """Refused before anything is written (Keras raised NotImplementedError after creating an empty
+        file): a Distiller wraps a training run, and its teacher and `teacher_preprocessing` are the
+        user's; what to keep is the model it trains, `distiller.student.save(filepath)`."""
+        raise ArgumentError(None, filepath, "A Distiller is not saved whole (its teacher and teacher_preprocessing "
+                            "are yours to keep)", f"save the model it trains: distiller.student.save({filepath!r})",
+                            usage=True)
+
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
         base = super().compute_loss(x, y, y_pred, sample_weight, training)
         if self.distillation_type == "none" or not training:

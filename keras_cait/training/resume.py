@@ -11,7 +11,7 @@ import zipfile
 import keras
 import numpy as np
 
-from keras_cait.errors import Named, Said, checked_count, listed, quietly_caused, spoken
+from keras_cait.errors import ArgumentError, Named, Said, checked_count, listed, quietly_caused, spoken
 from keras_cait.io import atomic
 
 _POINTER = "latest.json"
@@ -191,6 +191,12 @@ class ResumableBackup(keras.callbacks.Callback):
     def __init__(self, backup_dir, save_freq=500, checkpoints=()):
         super().__init__()
         save_freq = checked_count("save_freq", save_freq, 500, note=", the steps between backups")
+        if not isinstance(backup_dir, (str, os.PathLike)) or not os.fspath(backup_dir):
+            raise ArgumentError("backup_dir", backup_dir, "must be the path of a folder for the backups",
+                                ["e.g. ", Named("backup_dir", "run/backup")], usage=True)
+        if os.path.exists(backup_dir) and not os.path.isdir(backup_dir):
+            raise ArgumentError("backup_dir", os.fspath(backup_dir), "is a file, not a folder",
+                                "give a folder for the backups (it is made where missing)", usage=True)
         self.backup_dir = os.fspath(backup_dir)
         self.save_freq = save_freq
         self.checkpoints = list(checkpoints)
@@ -394,7 +400,10 @@ def fit(
     A run killed in epoch e after k of its steps resumes with a `model.fit` over
     the remaining steps of epoch e, then one over epochs e+1 ... `epochs`.
     """
-    callbacks = list(callbacks) + ([backup] if backup is not None else [])
+    epochs, steps_per_epoch = _checked_plan(model, stream_from, epochs, steps_per_epoch, backup)
+    callbacks = list(callbacks)
+    _check_validated(callbacks, validation_data)
+    callbacks += [backup] if backup is not None else []
     build_optimizer(model)
     start = 0
     if backup is not None:
@@ -426,3 +435,39 @@ def fit(
     if backup is not None:
         backup.remove()
     return history
+
+
+def _checked_plan(model, stream_from, epochs, steps_per_epoch, backup):
+    """`fit`'s arguments refused before anything trains or is restored, each naming itself (they used to
+    fail as an AttributeError on `optimizer`, a `'Dataset' object is not callable`, a ZeroDivisionError,
+    a TypeError on `<`); returns epochs and steps_per_epoch as ints."""
+    if not isinstance(model, keras.Model):
+        raise ArgumentError("model", model, f"must be a Keras model, not a {type(model).__name__}",
+                            "e.g. keras_cait.CaiT_S24(weights=None)", usage=True, shown=f"<{type(model).__name__}>")
+    if not getattr(model, "compiled", False) or getattr(model, "optimizer", None) is None:
+        raise ArgumentError("model", model, "is not compiled", "call model.compile(optimizer=..., loss=...) "
+                            "before fit", usage=True, shown=f"<{type(model).__name__} {model.name}>")
+    if not callable(stream_from) or isinstance(stream_from, keras.Model):
+        raise ArgumentError("stream_from", stream_from, f"must be a function of the global step, not a "
+                            f"{type(stream_from).__name__}", "e.g. lambda step: training_stream(source, "
+                            "batch_size, epochs, start_step=step), which a resumed run starts at its step",
+                            usage=True, shown=f"<{type(stream_from).__name__}>")
+    epochs = checked_count("epochs", epochs, 300, note=", the epochs of the whole run")
+    steps_per_epoch = checked_count("steps_per_epoch", steps_per_epoch, 100)
+    if backup is not None and not isinstance(backup, ResumableBackup):
+        raise ArgumentError("backup", backup, f"must be a ResumableBackup or None, not a {type(backup).__name__}",
+                            ["e.g. ", Named("backup", "ResumableBackup('run/backup')", shown="ResumableBackup('run/backup')")],
+                            usage=True)
+    return epochs, steps_per_epoch
+
+
+def _check_validated(callbacks, validation_data):
+    """A best-model checkpoint of a validation metric without `validation_data` is refused before the first
+    epoch, not at its end (a KeyError after an epoch of training)."""
+    for callback in callbacks:
+        monitor = getattr(callback, "monitor", None)
+        if validation_data is None and hasattr(callback, "best") and isinstance(monitor, str) and \
+                monitor.startswith("val_"):
+            raise ArgumentError("validation_data", None, f"is None, but {type(callback).__name__} monitors "
+                                f"{monitor!r}, a metric of the validation data",
+                                f"give validation_data, or monitor {monitor.removeprefix('val_')!r}", usage=True)

@@ -6,6 +6,8 @@ model without a distillation token (the class-token output serves both terms); i
 base criterion is timm's own `SoftTargetCrossEntropy`, as DeiT's with mixup.
 """
 
+import os
+
 import keras
 import numpy as np
 import pytest
@@ -165,3 +167,15 @@ def test_a_teacher_of_another_class_count_is_refused_naming_both(tiny_cait, teac
 
     with pytest.raises(ValueError, match=f"teacher gives {teacher_classes} class scores and the student 5"):
         Distiller(student, tiny_cait(classes=teacher_classes), "soft")
+
+
+def test_saving_a_distiller_is_refused_before_a_file_is_written_and_says_what_to_save(tiny_cait, tmp_path):
+    """Keras raised NotImplementedError after creating an empty file; the model to keep is the student."""
+    from keras_cait.errors import ArgumentError
+
+    distiller = Distiller(tiny_cait(classes=3), tiny_cait(classes=3))
+    path = str(tmp_path / "distiller.keras")
+    with pytest.raises(ArgumentError, match=r"^A Distiller is not saved whole .*; save the model it trains: "
+                                            r"distiller\.student\.save\('.*distiller\.keras'\)$"):
+        distiller.save(path)
+    assert not os.listdir(tmp_path)

@@ -457,3 +457,68 @@ def test_a_resumed_fit_continues_at_the_backed_up_optimizer_step(tiny_cait, tmp_
 
     assert asked == [fit_step], "the stream starts at the backup's step"
     assert seen == [5, 6, 7], "the optimizer goes on from the backup's step, not from 0"
+
+
+def _stream_from(step):
+    import tensorflow as tf
+
+    images = np.zeros((4, 32, 32, 3), "float32")
+    return tf.data.Dataset.from_tensor_slices((images, np.eye(4, dtype="float32"))).batch(2).repeat()
+
+
+@pytest.mark.parametrize("change, argument, line", [
+    ({"model": "uncompiled"}, "model", r"^model=<CaiTModel \w+>: is not compiled; call model\.compile\("),
+    ({"stream_from": "dataset"}, "stream_from",
+     r"^stream_from=<\w+Dataset>: must be a function of the global step, not a \w+Dataset; e\.g\. lambda step:"),
+    ({"steps_per_epoch": 0}, "steps_per_epoch", r"^steps_per_epoch=0: must be a positive integer; e\.g\."),
+    ({"epochs": "2"}, "epochs", r"^epochs='2': must be a positive integer, the epochs of the whole run, not str;"),
+    ({"backup": "run/backup"}, "backup", r"^backup='run/backup': must be a ResumableBackup or None, not a str;"),
+])
+def test_fit_refuses_each_argument_naming_it_before_anything_runs(tiny_cait, tmp_path, change, argument, line):
+    """They used to fail as an AttributeError on `optimizer`, a `'Dataset' object is not callable`, a
+    ZeroDivisionError, a TypeError on `<` and an AttributeError on `plan`."""
+    from keras_cait.errors import ArgumentError
+
+    model = tiny_cait(classes=4)
+    if change.get("model") != "uncompiled":
+        model.compile(optimizer="adam", loss="categorical_crossentropy")
+    arguments = {"stream_from": _stream_from, "epochs": 1, "steps_per_epoch": 2, "verbose": 0,
+                 **{key: value for key, value in change.items() if key != "model"}}
+    if arguments["stream_from"] == "dataset":
+        arguments["stream_from"] = _stream_from(0)
+    before = [np.array(weight) for weight in model.weights]
+    with pytest.raises(ArgumentError, match=line) as caught:
+        fit(model, **arguments)
+    assert caught.value.argument == argument and caught.value.usage
+    assert all(np.array_equal(a, np.array(b)) for a, b in zip(before, model.weights)), "nothing trained"
+
+
+def test_a_backup_folder_that_is_none_or_a_file_is_refused_when_made(tmp_path):
+    from keras_cait.errors import ArgumentError
+
+    with pytest.raises(ArgumentError, match=r"^backup_dir=None: must be the path of a folder for the backups; "
+                                            r"e\.g\. backup_dir='run/backup'$"):
+        ResumableBackup(None)
+    (tmp_path / "notes").write_text("x")
+    with pytest.raises(ArgumentError, match=r"^backup_dir='.*notes': is a file, not a folder; give a folder"):
+        ResumableBackup(tmp_path / "notes")
+    assert (tmp_path / "notes").read_text() == "x"
+
+
+def test_a_checkpoint_of_a_validation_metric_without_validation_data_is_refused(tiny_cait, tmp_path):
+    """Refused by `fit` before training (it was a KeyError after the first epoch); in a plain
+    `model.fit`, the checkpoint's error says that fit was given no validation data."""
+    from keras_cait.errors import ArgumentError
+    from keras_cait.training.callbacks import BestModelCheckpoint
+
+    model = tiny_cait(classes=4)
+    model.compile(optimizer="adam", loss="categorical_crossentropy", metrics=["accuracy"])
+    checkpoint = BestModelCheckpoint(tmp_path / "best.keras")
+    with pytest.raises(ArgumentError, match=r"^validation_data=None: is None, but BestModelCheckpoint monitors "
+                                            r"'val_accuracy', .*; give validation_data, or monitor 'accuracy'$"):
+        fit(model, _stream_from, epochs=1, steps_per_epoch=2, callbacks=[checkpoint], verbose=0)
+    assert model.optimizer.iterations.numpy() == 0
+    with pytest.raises(KeyError, match=r"monitor='val_accuracy': the epoch's logs lack it \(they have accuracy, "
+                                       r"loss\): fit was given no validation_data; give fit validation_data"):
+        model.fit(_stream_from(0), epochs=1, steps_per_epoch=2, callbacks=[checkpoint], verbose=0)
+    assert not os.listdir(tmp_path)
