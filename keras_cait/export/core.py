@@ -110,9 +110,9 @@ def check_destination(path, overwrite=False, quantization=None):
     """
     path = checked_path(path)
     check_quantization(path, quantization)
-    suffix = format_of(path).suffix
-    if suffix is not None:
-        return check_file(path, suffix, overwrite)
+    row = format_of(path)
+    if row.suffix is not None:
+        return check_files(row, path, overwrite)
     _check_no_other_suffix(path)
     return check_version_folder(path, overwrite)
 
@@ -183,6 +183,14 @@ def check_version_folder(path, overwrite):
 def _checked_overwrite(overwrite):
     """`overwrite` as a bool: a str such as 'no' from a config is truthy and would replace the export."""
     return checked_bool("overwrite", overwrite, "True (replace an existing export) or False (refuse it)")
+
+
+def check_files(row, path, overwrite):
+    """Raises unless `path` ends in the suffix of the format `row` and it and the files written beside
+    it (`row.companions`: an `.xml`'s `.bin`) may be written."""
+    check_file(path, row.suffix, overwrite)
+    for companion, suffix in zip(row.companion_paths(path), row.companions):
+        check_file(companion, suffix, overwrite)
 
 
 def check_file(path, suffix, overwrite):

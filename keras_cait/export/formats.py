@@ -42,10 +42,15 @@ class Format:
     runs_on: str = ""  # for docs/export.md: what serves it
     # Why it takes no model that `model.quantize` quantised already; empty where it exports one as it is.
     quantized_model: str = ""
+    companions: tuple = ()  # the suffixes of the files written beside the destination (OpenVINO's ".bin")
 
     def __post_init__(self):
         if not self.exporter.startswith("export_"):
             raise ValueError(f"exporter {self.exporter!r}: must be export_<module>")
+
+    def companion_paths(self, path):
+        """The files written beside the file at `path`: `cait.xml` -> `["cait.bin"]`."""
+        return [os.fspath(path).removesuffix(self.suffix) + suffix for suffix in self.companions]
 
     @property
     def module(self):
@@ -192,6 +197,7 @@ FORMATS = (
         modes={"int8": "NNCF int8 weights and activations, calibrated"},
         quantized_model="OpenVINO's converter computes Keras' quantised layers wrongly",
         writes="OpenVINO IR: the `.xml` graph and its `.bin` weights beside it",
+        companions=(".bin",),
         runs_on="OpenVINO (Intel's CPU/GPU/NPU runtime)",
     ),
 )

@@ -10,9 +10,9 @@ import warnings
 import numpy as np
 
 from keras_cait import cpu
-from keras_cait.errors import ArgumentError, Named, require_extra
+from keras_cait.errors import ArgumentError, Named, checked_bool, require_extra
 from keras_cait.export.core import (
-    check_file,
+    check_files,
     check_float_model,
     check_quantization,
     float32_copy,
@@ -102,16 +102,16 @@ def export_openvino(model, path, *, quantization=None, calibration=None, calibra
     """
     require_tensorflow_backend("export_openvino")
     check_model_object(model, "export_openvino", inputs=True)
-    check_file(path, FORMAT.suffix, overwrite)
-    weights_path = os.fspath(path).removesuffix(FORMAT.suffix) + ".bin"
-    check_file(weights_path, ".bin", overwrite)
+    check_files(FORMAT, path, overwrite)
+    weights_path, = FORMAT.companion_paths(path)
     check_quantization(path, quantization)
     check_float_model(model, FORMAT, quantization)
     refused = FORMAT.refused_calibration(quantization, calibration)
     if refused:
         raise refused
+    check_calibration_size(calibration_size)  # in every mode: 0 was taken where no calibration runs
+    verbose = checked_bool("verbose", verbose, "True (say what was quantised) or False")  # 'no' printed
     if quantization in FORMAT.calibrated:
-        check_calibration_size(calibration_size)
         calibration = calibration_source(calibration)
     openvino = require_extra(FORMAT.exporter, FORMAT.extra, "openvino")
     if quantization:

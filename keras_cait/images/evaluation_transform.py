@@ -343,6 +343,9 @@ def target_size(image_size):
                                   and math.isfinite(side) and side == int(side) for side in sides):
         raise ArgumentError("image_size", image_size, "must be a positive integer or a (height, width) pair of them",
                             ["e.g. ", Named("image_size", 224)], usage=True)
+    if sides[0] * sides[1] > MAX_PIXELS:  # 20000 used to allocate 13 GiB before a raw out-of-memory error
+        raise ArgumentError("image_size", image_size, f"is {sides[0] * sides[1]:,} pixels, more than the "
+                            f"{MAX_PIXELS:,} an image may have here", ["e.g. ", Named("image_size", 224)], usage=True)
     return int(sides[0]), int(sides[1])
 
 

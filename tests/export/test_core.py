@@ -90,6 +90,19 @@ def test_a_destination_whose_suffix_no_format_writes_is_refused_naming_the_suffi
     assert "version folder" in str(error) and "TF Serving loads" not in str(error)
 
 
+@pytest.mark.parametrize("row", [row for row in FORMATS if row.companions], ids=lambda row: row.name)
+def test_check_destination_refuses_a_file_written_beside_the_destination_that_exists(row, tmp_path):
+    """`cait.xml` with `cait.bin` there passed, and the export refused it after the model was built."""
+    path = tmp_path / f"cait{row.suffix}"
+    for companion in row.companion_paths(path):
+        with open(companion, "w") as file:
+            file.write("kept")
+        with pytest.raises(FileExistsError, match=f"^{re.escape(repr(companion))} exists; pass overwrite=True"):
+            check_destination(path)
+        assert check_destination(path, overwrite=True) is None
+    assert sorted(os.listdir(tmp_path)) == sorted(os.path.basename(c) for c in row.companion_paths(path))
+
+
 @pytest.mark.parametrize("name", ["serving/cait/1", "serving/cait.v2/3"])
 def test_a_version_folder_is_still_a_destination(name, tmp_path):
     assert check_destination(tmp_path / name) is None

@@ -203,6 +203,19 @@ def test_a_calibration_size_that_is_no_positive_count_is_refused(tiny, tmp_path,
     assert line == f"calibration_size={size!r}: must be a positive number of images; e.g. 300 (NNCF's default)"
 
 
+@pytest.mark.parametrize("quantization", [None, "int8_weights"])
+def test_a_calibration_size_that_is_no_count_is_refused_where_no_calibration_runs_too(tiny, tmp_path, quantization):
+    """calibration_size=0 used to be taken where quantization was not 'int8'."""
+    line = refused(tmp_path, tiny, quantization=quantization, calibration_size=0)
+    assert line == "calibration_size=0: must be a positive number of images; e.g. 300 (NNCF's default)"
+
+
+def test_verbose_that_is_no_bool_is_refused(tiny, tmp_path):
+    """verbose='no' is truthy: it printed what was quantised."""
+    assert refused(tmp_path, tiny, verbose="no") == (
+        "verbose='no': must be True (say what was quantised) or False, not str")
+
+
 def test_calibration_images_are_read_in_the_evaluation_transform_spread_over_the_files(tiny, tmp_path):
     """Photos of another size and shape are resized and centre-cropped as `load_image` does, and the
     subset is spread over every class folder, not its first files."""

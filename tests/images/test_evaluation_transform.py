@@ -261,6 +261,10 @@ for size in (0, -3, 2.5, (32,), "224", True):
     except ValueError as error:
         print(error)
 print(load_image("photo.png", 32.0).shape == load_image("photo.png", (32, 32)).shape)
+try:  # refused before anything is allocated (it was 13 GiB and a raw out-of-memory error)
+    load_image("photo.png", 20000)
+except ValueError as error:
+    print(error)
 """
     environment = {name: value for name, value in os.environ.items() if name != "TF_CPP_MIN_LOG_LEVEL"}
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=environment, capture_output=True,
@@ -268,9 +272,11 @@ print(load_image("photo.png", 32.0).shape == load_image("photo.png", (32, 32)).s
     assert done.returncode == 0 and done.stderr == "", done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == "Image 'missing.jpg' does not exist."
-    assert lines[1:-1] == [f"image_size={size!r}: must be a positive integer or a (height, width) pair of them; "
+    assert lines[1:-2] == [f"image_size={size!r}: must be a positive integer or a (height, width) pair of them; "
                            "e.g. image_size=224" for size in (0, -3, 2.5, (32,), "224", True)]
-    assert lines[-1] == "True"
+    assert lines[-2] == "True"
+    assert lines[-1] == ("image_size=20000: is 400,000,000 pixels, more than the 89,478,485 an image may have here; "
+                         "e.g. image_size=224")
 
 
 def webp_of(sides, lossless):
