@@ -20,7 +20,7 @@ import os
 import numpy as np
 
 from keras_cait.errors import ArgumentError, counted
-from keras_cait.io.atomic import written_atomically
+from keras_cait.io.atomic import unwritable, written_atomically
 
 PANEL_INCHES = 1.6
 OVERLAY_ALPHA = 0.6
@@ -69,7 +69,12 @@ def _checked_maps(maps, images=None):
         usage=True, shown=shown)
 
 
-def _check(images, maps, samples):
+class _OutOfRange(ArgumentError, IndexError):
+    """A `sample` or `block` that is no index of the maps: an ArgumentError naming it, and the
+    IndexError it was."""
+
+
+def _check(images, maps, samples, argument="samples"):
     images = np.asarray(images)
     batch = maps.class_attention[0].shape[0]
     if images.ndim != 4 or len(images) != batch:
@@ -79,7 +84,13 @@ def _check(images, maps, samples):
         )
     for sample in samples:
         if isinstance(sample, bool) or not isinstance(sample, numbers.Integral) or not -batch <= sample < batch:
-            raise IndexError(f"sample {sample}: the maps hold images 0 to {batch - 1}.")
+            one = argument == "sample"
+            index = isinstance(sample, numbers.Integral) and not isinstance(sample, bool)
+            what = "is" if one else f"holds {sample!r},"
+            raise _OutOfRange(argument, sample if one else samples,
+                              f"{what} no index of the {batch} images the maps hold"
+                              + ("" if index else f" (an index is an integer, not a {type(sample).__name__})"),
+                              f"e.g. {argument}={0 if one else [0]} (indices 0 to {batch - 1})", usage=True)
     return images
 
 
@@ -94,7 +105,8 @@ def _overlay(ax, image, heat):
 def _checked_block(maps, block):
     blocks = len(maps.class_attention)
     if isinstance(block, bool) or not isinstance(block, numbers.Integral) or not -blocks <= block < blocks:
-        raise IndexError(f"block={block!r}: the maps hold class-attention blocks 0 to {blocks - 1}, e.g. block=0.")
+        raise _OutOfRange("block", block, f"is no index of the {blocks} class-attention blocks the maps hold",
+                          f"e.g. block=0 (indices 0 to {blocks - 1})", usage=True)
     return block
 
 
@@ -135,7 +147,7 @@ def class_attention_figure(images, maps, sample=0):
         A Figure of `blocks × (1 + heads)` panels: the image, then one per head.
     """
     maps = _checked_maps(maps, images)
-    images = _check(images, maps, [sample])
+    images = _check(images, maps, [sample], argument="sample")
     image = _displayable(images[sample])
     heads = maps.class_attention[0].shape[1]
     figure, axes = _figure(len(maps.class_attention), 1 + heads)
@@ -212,6 +224,14 @@ def save_figure(figure, path, dpi=100):
     if not shown.lower().endswith(".png"):
         raise ArgumentError("path", path, "save_figure writes a PNG, so the file must end in .png",
                             "e.g. 'saliency.png'", usage=True)
+    problem = unwritable(os.path.dirname(os.path.abspath(shown)), given=shown)
+    if problem:  # a path inside a file was os.makedirs' raw FileExistsError
+        raise ArgumentError("path", path, *problem, usage=True)
+    if not callable(getattr(figure, "savefig", None)):  # a bare AttributeError on savefig
+        raise ArgumentError("figure", figure, f"must be a matplotlib Figure, not a {type(figure).__name__}",
+                            "e.g. save_figure(saliency_figure(images, maps), 'saliency.png')", usage=True,
+                            shown=None if figure is None or isinstance(figure, (str, numbers.Number))
+                            else f"<{type(figure).__name__}>")
     if isinstance(dpi, bool) or not isinstance(dpi, numbers.Real) or not 0 < dpi < float("inf"):
         raise ArgumentError("dpi", dpi, "must be a positive number of dots per inch", "e.g. dpi=100 (the default) "
                             "or dpi=200 for print", usage=True)

@@ -1,5 +1,6 @@
 """keras_cait.inspection.visualize and `keras-cait attention`: the paper's attention figures."""
 
+import re
 import sys
 
 import numpy as np
@@ -7,6 +8,7 @@ import pytest
 from PIL import Image
 
 from keras_cait import cli
+from keras_cait.errors import ArgumentError
 from keras_cait.inspection.attention import AttentionMaps
 from keras_cait.models.architecture import build_cait
 from keras_cait.inspection.visualize import (
@@ -95,17 +97,33 @@ class TestFigures:
         maps = synthetic_maps(batch=3)
         with pytest.raises(ValueError, match=r"images of shape \(2, 32, 32, 3\).*batch of 3 images"):
             class_attention_figure(images_for(maps)[:2], maps)
-        with pytest.raises(IndexError, match="sample 3: the maps hold images 0 to 2"):
-            saliency_figure(images_for(maps), maps, samples=[3])
-        with pytest.raises(IndexError, match="sample 0.5: the maps hold images 0 to 2"):
-            saliency_figure(images_for(maps), maps, samples=[0.5])
+        # IndexErrors still (as they were), and ArgumentErrors naming the argument: the message was
+        # "sample 0: the maps hold images 0 to 2" for sample='0', as if 0 were out of range.
+        lines = {
+            "samples=[0, 3]": (dict(samples=[0, 3]), "samples=[0, 3]: holds 3, no index of the 3 images the maps "
+                               "hold; e.g. samples=[0] (indices 0 to 2)"),
+            "samples=[0.5]": (dict(samples=[0.5]), "samples=[0.5]: holds 0.5, no index of the 3 images the maps "
+                              "hold (an index is an integer, not a float); e.g. samples=[0] (indices 0 to 2)"),
+        }
+        for arguments, line in lines.values():
+            with pytest.raises(IndexError) as raised:
+                saliency_figure(images_for(maps), maps, **arguments)
+            assert str(raised.value) == line and raised.value.argument == "samples"
+        for sample, kind in ((3, ""), ("0", " (an index is an integer, not a str)")):
+            with pytest.raises(ArgumentError) as raised:
+                class_attention_figure(images_for(maps), maps, sample=sample)
+            assert isinstance(raised.value, IndexError) and raised.value.argument == "sample"
+            assert str(raised.value) == (f"sample={sample!r}: is no index of the 3 images the maps hold{kind}; "
+                                         "e.g. sample=0 (indices 0 to 2)")
 
     def test_a_block_or_labels_the_maps_cannot_show_are_refused_naming_them(self):
         maps = synthetic_maps(batch=3, blocks=2)
         for block in (2, -3, 1.0, True):
-            with pytest.raises(IndexError, match=rf"block={block!r}: the maps hold class-attention blocks 0 to 1"):
+            with pytest.raises(ArgumentError, match=rf"^block={re.escape(repr(block))}: is no index of the 2 "
+                               r"class-attention blocks the maps hold; e\.g\. block=0 \(indices 0 to 1\)$") as raised:
                 saliency_figure(images_for(maps), maps, block=block)
-        with pytest.raises(IndexError, match="block=2: "):
+            assert isinstance(raised.value, IndexError)
+        with pytest.raises(IndexError, match="^block=2: "):
             saliency_map(maps, (32, 32), block=2)
         with pytest.raises(ValueError, match=r"labels=\['a', 'b'\]: 2 titles for 3 images shown; give one per"):
             saliency_figure(images_for(maps), maps, labels=["a", "b"])
@@ -195,6 +213,25 @@ def test_save_figure_refuses_a_folder_or_another_format_and_keeps_the_folder(tmp
     assert str(raised.value).startswith("path=<Figure size") and raised.value.argument == "path"
     assert str(raised.value).endswith(": must be a file path ending in .png, not Figure; "
                                       "e.g. save_figure(figure, 'saliency.png')")
+
+
+def test_save_figure_refuses_a_path_inside_a_file_and_a_figure_that_is_none(tmp_path):
+    """os.makedirs' raw FileExistsError, and a bare AttributeError on savefig."""
+    from keras_cait.errors import ArgumentError
+
+    maps = synthetic_maps()
+    figure = saliency_figure(images_for(maps), maps)
+    (tmp_path / "notes").write_text("mine")
+    with pytest.raises(ArgumentError) as raised:
+        save_figure(figure, tmp_path / "notes" / "saliency.png")
+    assert str(raised.value) == (f"path={str(tmp_path / 'notes' / 'saliency.png')!r}: is inside the file "
+                                 f"{tmp_path / 'notes'}, not a folder; choose another folder")
+    for thing, shown in ((None, "None"), ("saliency", "'saliency'"), (maps, "<AttentionMaps>")):
+        with pytest.raises(ArgumentError) as raised:
+            save_figure(thing, tmp_path / "saliency.png")
+        assert str(raised.value) == (f"figure={shown}: must be a matplotlib Figure, not a {type(thing).__name__}; "
+                                     "e.g. save_figure(saliency_figure(images, maps), 'saliency.png')")
+    assert [p.name for p in tmp_path.iterdir()] == ["notes"] and (tmp_path / "notes").read_text() == "mine"
 
 
 @pytest.mark.parametrize("dpi", ["100", 0, -5, None, True, float("nan")])
