@@ -27,12 +27,13 @@ def preprocess_input(x, include_preprocessing=True):
     array or a list, a tensor of the Keras backend for a tensor (inside `tf.data.Dataset.map`
     too, on TensorFlow), as keras.applications' `preprocess_input` returns them.
     """
-    if checked_bool("include_preprocessing", include_preprocessing,
-                    "True (the model normalises its input itself) or False (normalised here)"):
-        return x
-    if x is None or isinstance(x, (str, bytes)):
+    normalised_by_model = checked_bool("include_preprocessing", include_preprocessing,
+                                       "True (the model normalises its input itself) or False (normalised here)")
+    if x is None or isinstance(x, (str, bytes)):  # a file's path too: it was returned, as images, by the identity
         raise ArgumentError("x", x, "must be images, 0..255 RGB (an array or a tensor), not "
                             f"{type(x).__name__}", "e.g. load_image(path, 224)[None]", usage=True)
+    if normalised_by_model:
+        return x
     if isinstance(x, (np.ndarray, np.generic, list, tuple, int, float)):
         x = np.asarray(x, dtype="float32")
     shape = tuple(x.shape)
@@ -108,14 +109,19 @@ def decode_predictions(preds, top=5, class_names=None):
         [[(1, 'roses', 0.97), (0, 'daisy', 0.03)]]
     """
     checked_count("top", top, 5)
+    given = preds
     preds = np.asarray(list(preds) if isinstance(preds, collections.abc.Iterator) else preds)
+    if preds.dtype.kind not in "biuf":  # a str or None was "got ()", which never said what preds was
+        raise ArgumentError("preds", given, f"must be class scores, numbers of shape (samples, classes), not "
+                            f"{type(given).__name__}" + (f" of {preds.dtype}" if preds.ndim else ""),
+                            "e.g. decode_predictions(model.predict(images))", usage=True,
+                            shown=None if given is None or isinstance(given, (str, bytes)) else f"<{type(given).__name__}>")
     if class_names is None:
         if preds.ndim != 2 or preds.shape[1] != 1000:
-            raise ValueError(
-                f"decode_predictions expects a batch of ImageNet predictions of shape "
-                f"(samples, 1000); got {preds.shape}. A fine-tuned model's predictions decode with "
-                "its own class names: decode_predictions(preds, class_names=model.class_names)."
-            )
+            raise ArgumentError(
+                "preds", preds, "must be ImageNet's class scores, of shape (samples, 1000)", "a fine-tuned model's predictions decode with "
+                "its own class names: decode_predictions(preds, class_names=model.class_names)",
+                shown=f"<array of shape {preds.shape}>")
         classes = imagenet_classes()
     else:
         check_names_not_mapping("class_names", class_names)

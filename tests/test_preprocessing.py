@@ -6,6 +6,7 @@ import keras
 import numpy as np
 import pytest
 
+from keras_cait.errors import ArgumentError
 from keras_cait import decode_predictions, preprocess_input
 from keras_cait.preprocessing import imagenet_classes
 from keras_cait.weights import load_weights_file
@@ -43,8 +44,20 @@ def test_decode_predictions_gives_the_top_classes_best_first():
 
 @pytest.mark.parametrize("shape", [(2, 10), (1000,), (1, 1, 1000)])
 def test_decode_predictions_refuses_other_shapes(shape):
-    with pytest.raises(ValueError, match=re.escape(f"shape (samples, 1000); got {shape}")):
+    with pytest.raises(ArgumentError) as raised:
         decode_predictions(np.zeros(shape))
+    assert str(raised.value) == (
+        f"preds=<array of shape {shape}>: must be ImageNet's class scores, of shape (samples, 1000); a fine-tuned "
+        "model's predictions decode with its own class names: decode_predictions(preds, class_names=model.class_names)")
+
+
+@pytest.mark.parametrize("preds, shown", [("abc", "'abc'"), (None, "None"), ([["a", "b"]], "<list>")])
+def test_decode_predictions_refuses_preds_that_are_no_numbers_naming_them(preds, shown):
+    """A str or None was "got ()", which never said that preds was no scores."""
+    with pytest.raises(ArgumentError) as raised:
+        decode_predictions(preds, class_names=None if preds is None else ["a", "b"])
+    assert raised.value.argument == "preds" and str(raised.value).startswith(
+        f"{'preds=' + shown}: must be class scores, numbers of shape (samples, classes), not {type(preds).__name__}")
 
 
 def test_decode_predictions_with_class_names_gives_the_fine_tuned_classes_best_first():
@@ -119,6 +132,10 @@ def test_preprocess_input_given_no_images_names_them():
     with pytest.raises(ArgumentError, match=r"^x=None: must be images, 0..255 RGB \(an array or a tensor\), not "
                                             r"NoneType; e.g. load_image\(path, 224\)\[None\]$"):
         preprocess_input(None, include_preprocessing=False)  # was an array of NaNs
+    # With the default (the model normalises), a path was returned as it was, for images.
+    with pytest.raises(ArgumentError, match=r"^x='cat\.jpg': must be images, 0..255 RGB \(an array or a tensor\), "
+                                            r"not str; e\.g\. load_image\(path, 224\)\[None\]$"):
+        preprocess_input("cat.jpg")
 
 
 def test_preprocess_input_without_model_preprocessing_is_timms_normalisation():

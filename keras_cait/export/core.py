@@ -29,8 +29,8 @@ def inference_form(model, runtime="tensorflow", compute_dtype="float32"):
     if folds(model, any_policy=True):
         return InferenceGraph(with_dtype_policy(model, "float32"), runtime=runtime, compute_dtype=compute_dtype)
     if compute_dtype != "float32":
-        raise ValueError(f"compute_dtype={compute_dtype!r} takes a CaiT classifier as build_cait makes it "
-                         "(not a quantized, headless or LoRA model); export this model in float32.")
+        raise ArgumentError("compute_dtype", compute_dtype, "takes a CaiT classifier as build_cait makes it (not a "
+                            "quantized, headless or LoRA model)", "export this model in float32", usage=True)
     return functools.partial(model, training=False)
 
 

@@ -123,8 +123,8 @@ def export_saved_model(
         raise ArgumentError("compute_dtype", compute_dtype, "must be 'float32' or 'bfloat16' (CPUs with bfloat16 "
                             "units, and GPUs)", usage=True)
     if compute_dtype != "float32" and quantization is not None:
-        raise ValueError(f"compute_dtype={compute_dtype!r} with quantization={quantization!r}: choose one; bfloat16 "
-                         "computes with float weights.")
+        raise ArgumentError("compute_dtype", compute_dtype, ["is not taken with ", Named("quantization", quantization),
+                            ": bfloat16 computes with float weights"], "choose one", usage=True)
     jit_compile = checked_bool("jit_compile", jit_compile, "True (compile with XLA) or False")
     forward = inference_form(quantized(model, path, quantization), compute_dtype=compute_dtype)
     # XLA compiles the forward pass alone: the strings of the outputs and of serving_bytes are no XLA types.
@@ -259,16 +259,14 @@ def _decode_and_crop(image_bytes, height, width):
 def _classifier_shape(model):
     """(H, W, classes) of an image classifier, or a ValueError saying what is wrong."""
     if len(model.inputs) != 1 or len(model.outputs) != 1:
-        raise ValueError(
-            f"{model.name}: a served classifier needs one image input and one output; it has "
-            f"{len(model.inputs)} inputs and {len(model.outputs)} outputs."
-        )
+        raise ArgumentError("model", None, f"has {len(model.inputs)} inputs and {len(model.outputs)} outputs, but a "
+                            "served classifier has one image input and one output", "export the classifier alone",
+                            usage=True, shown=f"<{model.name}>")
     input_shape = tuple(model.inputs[0].shape)
     if len(input_shape) != 4 or None in input_shape[1:3] or input_shape[3] != 3:
-        raise ValueError(
-            f"{model.name}: the input shape {input_shape} must be (batch, height, width, 3) "
-            "with a known height and width, e.g. (None, 224, 224, 3)."
-        )
+        raise ArgumentError("model", None, f"takes inputs of shape {input_shape}, but a served classifier takes "
+                            "(batch, height, width, 3) with a known height and width",
+                            "build it with an input_shape, e.g. (224, 224, 3)", usage=True, shown=f"<{model.name}>")
     names = {layer.name for layer in model.layers}
     if "patch_embedding" in names and not isinstance(model.layers[-1], keras.layers.Dense):  # include_top=False
         raise ArgumentError("model", None, f"outputs {tuple(model.outputs[0].shape)}, features of a CaiT without a "
@@ -281,11 +279,10 @@ def _check_takes_pixels(model):
     """The signatures hand the model 0..255 pixels, so a CaiT must normalise them itself."""
     names = {layer.name for layer in model.layers}
     if "patch_embedding" in names and "preprocessing" not in names:
-        raise ValueError(
-            f"{model.name} was built with include_preprocessing=False, so it expects normalised "
-            "images, but the serving signatures take 0..255 pixels. Build it with "
-            "include_preprocessing=True (the default) and load the same weights, then export."
-        )
+        raise ArgumentError("model", None, "was built with include_preprocessing=False, so it expects normalised "
+                            "images, but the serving signatures take 0..255 pixels", "build it with "
+                            "include_preprocessing=True (the default), load the same weights, then export",
+                            usage=True, shown=f"<{model.name}>")
 
 
 def _class_names(class_names, model):
@@ -308,8 +305,7 @@ def _outputs_logits(model):
         return False
     if activation is keras.activations.linear:
         return True
-    raise ValueError(
-        f"{model.name}: cannot tell whether the last layer {model.layers[-1].name!r} outputs "
-        "probabilities or logits; pass from_logits=False (softmax probabilities) or "
-        "from_logits=True (logits, a softmax is added)."
-    )
+    raise ArgumentError("from_logits", None, f"is needed: the last layer of {model.name}, "
+                        f"{model.layers[-1].name!r}, is neither linear nor softmax, so whether it outputs logits "
+                        "or probabilities cannot be told", "give from_logits=False (softmax probabilities) or "
+                        "from_logits=True (logits, a softmax is added)", usage=True)

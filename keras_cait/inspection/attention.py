@@ -176,6 +176,7 @@ def attention_maps(model, images, self_attention_blocks=None, batch_size=32):
             usage=True, shown=f"<{type(model).__name__} {model.name!r}>")
     images = np.asarray(images)
     check_images(images, model.input_shape, model.name)  # the model's own check: the fix for each shape
+    images = images.astype("float32", copy=False)  # uint8 or float64 from a list: one trace, not one per dtype
     self_blocks = sum(isinstance(layer, SelfAttentionBlock) for layer in backbone.layers)
     indices = _self_attention_indices(self_attention_blocks, self_blocks)
 

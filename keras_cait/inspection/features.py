@@ -83,10 +83,9 @@ def _tapped(model, indices, norm, output_format):
     output_format = _checked_output_format(output_format)
     blocks = [layer for layer in model.layers if isinstance(layer, SelfAttentionBlock)]
     if not blocks:
-        raise ValueError(
-            f"Model '{model.name}' has no SelfAttentionBlock; pass a CaiT built by build_cait "
-            "or CaiT_*."
-        )
+        raise ArgumentError("model", None, "has no SelfAttentionBlock, so it is no CaiT",
+                            "give a CaiT built by build_cait or CaiT_* (not a model that wraps one)", usage=True,
+                            shown=f"<{model.name}>")
     taken = {blocks[i].name: i for i in _take_indices(indices, len(blocks))}
     rows, cols = next(
         layer.grid_size for layer in model.layers if isinstance(layer, PositionEmbedding)

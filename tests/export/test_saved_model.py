@@ -14,6 +14,7 @@ from tensorflow.core.protobuf import saved_model_pb2
 from keras_cait.images.evaluation_transform import IMAGE_FORMATS
 from keras_cait.export import saved_model as export
 from keras_cait.cli import commands
+from keras_cait.errors import ArgumentError
 from keras_cait.export import check_destination, export_saved_model
 from keras_cait.preprocessing import imagenet_classes, load_image
 from tests.export.helpers import (
@@ -307,9 +308,40 @@ def test_a_top_k_or_compute_dtype_from_a_config_is_refused_naming_it(tmp_path, a
 def test_a_model_without_a_head_or_without_its_normalisation_is_refused(tmp_path):
     with pytest.raises(ValueError, match="include_top=True"):
         export_saved_model(small_model(include_top=False), tmp_path / "1")
-    with pytest.raises(ValueError, match="include_preprocessing=True"):
+    with pytest.raises(ArgumentError, match=r"^model=<\w+>: was built with include_preprocessing=False, .*"
+                                            r"build it with include_preprocessing=True") as raised:
         export_saved_model(small_model(include_preprocessing=False), tmp_path / "1")
+    assert raised.value.argument == "model"
     assert list(tmp_path.iterdir()) == []
+
+
+def _plain(inputs, outputs):
+    return keras.Model(inputs, outputs, name="plain")
+
+
+@pytest.mark.parametrize("build, argument, line", [
+    (lambda: _two_outputs(), "model",
+     r"^model=<plain>: has 1 inputs and 2 outputs, but a served classifier has one image input and one output"),
+    (lambda: _plain(inputs := keras.Input((None, None, 3)), keras.layers.Dense(2)(
+        keras.layers.GlobalAveragePooling2D()(inputs))), "model",
+     r"^model=<plain>: takes inputs of shape \(None, None, None, 3\), but a served classifier takes"),
+    (lambda: _plain(inputs := keras.Input((8, 8, 3)), keras.layers.Dense(2, activation="relu")(
+        keras.layers.Flatten()(inputs))), "from_logits",
+     r"^from_logits=None: is needed: the last layer of plain, '\w+', is neither linear nor softmax"),
+])
+def test_a_model_that_serves_no_classifier_is_refused_naming_the_argument(tmp_path, build, argument, line):
+    """These were bare ValueErrors, which `except ArgumentError` missed and the command line could not
+    re-spell."""
+    with pytest.raises(ArgumentError, match=line) as raised:
+        export_saved_model(build(), tmp_path / "1", class_names=["a", "b"])
+    assert raised.value.argument == argument and raised.value.usage
+    assert list(tmp_path.iterdir()) == []
+
+
+def _two_outputs():
+    inputs = keras.Input((8, 8, 3))
+    features = keras.layers.Flatten()(inputs)
+    return _plain(inputs, [keras.layers.Dense(2)(features), keras.layers.Dense(2)(features)])
 
 
 # === Version folders and safe writes ===

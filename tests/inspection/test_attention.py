@@ -224,6 +224,16 @@ class TestAttentionMaps:
         gc.collect()
         assert alive() is None
 
+    def test_images_of_any_dtype_are_traced_once(self, images):
+        """uint8, float64 and a list each traced the attention model again: TensorFlow's retracing warning
+        from the fifth call on."""
+        model = small_cait(seed=11)
+        pixels = np.asarray(images, dtype="float32")
+        for batch in (pixels, pixels.astype("uint8"), pixels.astype("float64"), pixels.tolist()):
+            attention_maps(model, batch)
+        (attention_model,) = attention._ATTENTION_MODELS[model].values()
+        assert attention_model.predict_function.experimental_get_tracing_count() == 1
+
     @pytest.mark.parametrize(
         "kwargs", [dict(include_top=False), dict(include_preprocessing=False, pooling="token"),
                    dict(include_top=False, pooling="avg")]

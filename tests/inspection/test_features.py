@@ -173,3 +173,18 @@ def test_intermediates_only_that_is_no_bool_is_refused_naming_it(tiny_cait, inte
     assert raised.value.argument == "intermediates_only"
     assert str(raised.value) == (f"intermediates_only={intermediates_only!r}: must be True (the features alone) or "
                                  f"False (the model's output and the features), not {type(intermediates_only).__name__}")
+
+
+@pytest.mark.parametrize("call", [lambda model: feature_extractor(model),
+                                  lambda model: forward_intermediates(model, np.zeros((1, 32, 32, 3)))])
+def test_a_model_that_is_no_cait_is_refused_naming_model(tiny_cait, call):
+    """A bare ValueError before, which `except ArgumentError` missed; a model that wraps a CaiT too."""
+    from keras_cait.errors import ArgumentError
+
+    inputs = keras.Input((32, 32, 3))
+    wrapper = keras.Model(inputs, tiny_cait()(inputs), name="wrapper")
+    with pytest.raises(ArgumentError) as raised:
+        call(wrapper)
+    assert raised.value.argument == "model" and raised.value.usage
+    assert str(raised.value) == ("model=<wrapper>: has no SelfAttentionBlock, so it is no CaiT; give a CaiT built by "
+                                 "build_cait or CaiT_* (not a model that wraps one)")
