@@ -193,6 +193,10 @@ def saliency_figure(images, maps, samples=None, block=0, labels=None):
     maps = _checked_maps(maps, images)
     samples = list(range(len(maps.class_attention[0]))) if samples is None else _listed_samples(samples)
     images = _check(images, maps, samples)
+    if isinstance(labels, (str, bytes)):  # its characters were taken as the titles, one per image
+        raise ArgumentError("labels", labels, "must be a list of titles, one per image shown, not a str",
+                            f"e.g. labels={[labels] * len(samples)!r}" if len(samples) <= 3 else "e.g. labels=['cat', "
+                            "'dog']", usage=True)
     labels = None if labels is None else list(labels)
     if labels is not None and len(labels) != len(samples):
         raise ArgumentError("labels", labels, f"{counted(len(labels), 'title')} for {counted(len(samples), 'image')} shown",

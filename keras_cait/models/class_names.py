@@ -28,6 +28,9 @@ def checked_class_names(names, model):
     if others:
         raise ArgumentError("class_names", names, f"holds {others[0]!r} ({type(others[0]).__name__}), not only str",
                             allowed, usage=True, shown="[...]")
+    if "" in names:  # an empty name was taken, and served as the top class's name
+        raise ArgumentError("class_names", names, f"holds an empty name (index {names.index('')})",
+                            "give each class a name of at least one character", usage=True, shown="[...]")
     classes = class_count(model)
     if len(names) != classes:
         raise ArgumentError("class_names", names, f"has {len(names)} names but {model.name} has {classes} classes",

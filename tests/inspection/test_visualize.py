@@ -127,6 +127,9 @@ class TestFigures:
             saliency_map(maps, (32, 32), block=2)
         with pytest.raises(ValueError, match=r"labels=\['a', 'b'\]: 2 titles for 3 images shown; give one per"):
             saliency_figure(images_for(maps), maps, labels=["a", "b"])
+        with pytest.raises(ArgumentError, match=r"^labels='ab': must be a list of titles, one per image shown, not a "
+                           r"str; e\.g\. labels=\['ab', 'ab'\]$"):  # 'a' and 'b' were the titles
+            saliency_figure(images_for(maps), maps, samples=[0, 1], labels="ab")
         figure = saliency_figure(images_for(maps), maps, samples=[2], labels=(name for name in ["c"]))
         assert figure.axes[0].get_title() == "c"
 

@@ -349,8 +349,9 @@ def test_class_names_travel_in_the_keras_file_and_through_every_copy(tiny_cait, 
     "names, error",
     [(["a", "b"], "has 2 names but cait has 3 classes"), (["a", "b", "a"], r"repeats \['a'\]"),
      ("abc", "give a list of str"), ([1, 2, 3], "give a list of str"),
-     ({"0": "a", "1": "b", "2": "c"}, "is a dict .*; give a list of str, one name per class in index order")],
-    ids=["too_few", "repeated", "a_string", "not_str", "id2label"],
+     ({"0": "a", "1": "b", "2": "c"}, "is a dict .*; give a list of str, one name per class in index order"),
+     (["a", "", "c"], r"holds an empty name \(index 1\); give each class a name of at least one character")],
+    ids=["too_few", "repeated", "a_string", "not_str", "id2label", "empty"],
 )
 def test_class_names_are_one_str_per_class(tiny_cait, names, error, tmp_path):
     """One check (`checked_class_names`) wherever names are given: the model's attribute,
