@@ -488,11 +488,12 @@ def load_image(path, image_size=224, crop_pct=1.0):
         fault = header_fault(tf.strings.substr(encoded, 0, HEADER_BYTES).numpy())
         if fault is not None:
             raise ValueError(f"{unreadable}: {fault}.")
-        frames, height, width = (int(side) for side in decoded_size(encoded))
-        if frames * height * width > MAX_PIXELS:
-            message = _too_large(frames, height, width).numpy().decode()
-            raise ValueError(message.replace("The image", f"Image {str(path)!r}", 1))
-        with decoder_messages_dropped():  # a damaged file's decoder lines: the error below names it
+        # A damaged file's decoder lines (reading its size prints them too): the error below names it.
+        with decoder_messages_dropped():
+            frames, height, width = (int(side) for side in decoded_size(encoded))
+            if frames * height * width > MAX_PIXELS:
+                message = _too_large(frames, height, width).numpy().decode()
+                raise ValueError(message.replace("The image", f"Image {str(path)!r}", 1))
             return evaluation_transform(decode_image(encoded), image_size, crop_pct).numpy()
     except tf.errors.NotFoundError as error:
         raise quietly_caused(FileNotFoundError(f"Image {str(path)!r} does not exist."), error) from None

@@ -249,6 +249,7 @@ def test_load_image_refuses_a_missing_file_and_a_bad_size_before_tensorflow_read
     import sys
 
     Image.new("RGB", (8, 8)).save(tmp_path / "photo.png")
+    (tmp_path / "fake.jpg").write_bytes(b"\xff\xd8\xff\xe0 no JPEG beyond its first bytes")
     script = """
 from keras_cait.preprocessing import load_image
 try:
@@ -265,6 +266,10 @@ try:  # refused before anything is allocated (it was 13 GiB and a raw out-of-mem
     load_image("photo.png", 20000)
 except ValueError as error:
     print(error)
+try:  # reading its size printed libjpeg's "Input file read error" and a rendezvous line above the error
+    load_image("fake.jpg", 32)
+except ValueError as error:
+    print(error)
 """
     environment = {name: value for name, value in os.environ.items() if name != "TF_CPP_MIN_LOG_LEVEL"}
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=environment, capture_output=True,
@@ -272,10 +277,12 @@ except ValueError as error:
     assert done.returncode == 0 and done.stderr == "", done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == "Image 'missing.jpg' does not exist."
-    assert lines[1:-2] == [f"image_size={size!r}: must be a positive integer or a (height, width) pair of them; "
+    assert lines[1:-3] == [f"image_size={size!r}: must be a positive integer or a (height, width) pair of them; "
                            "e.g. image_size=224" for size in (0, -3, 2.5, (32,), "224", True)]
-    assert lines[-2] == "True"
-    assert lines[-1] == ("image_size=20000: is 400,000,000 pixels, more than the 89,478,485 an image may have here; "
+    assert lines[-1] == ("Cannot read image 'fake.jpg' (JPEG, PNG, GIF, BMP or WebP expected): invalid JPEG data "
+                         "(a truncated or damaged file).")
+    assert lines[-3] == "True"
+    assert lines[-2] == ("image_size=20000: is 400,000,000 pixels, more than the 89,478,485 an image may have here; "
                          "e.g. image_size=224")
 
 
