@@ -103,7 +103,7 @@ class RunRecord:
         if saved.get("command") != command:
             raise BackupError(f"{output_dir} holds a {saved.get('command')} run; give this {command} run another ",
                               Named("output_dir"), ".")
-        changed = differences(recorded(saved.get("settings", {})), settings, arguments)
+        changed = differences(_legacy_sources_kept(recorded(saved.get("settings", {})), settings), settings, arguments)
         if recipe is not None:
             knobs = _recipe_differences(output_dir, recipe)
             changed = [*changed, "; ", *knobs] if changed and knobs else changed or knobs
@@ -130,6 +130,15 @@ class RunRecord:
 
 
 RECIPE_FILENAME = "recipe.json"
+
+
+def _legacy_sources_kept(saved, settings):
+    """`saved` with each ImageSource that an older run.json recorded as "<ImageSource>" (which says
+    nothing of which it was) taken as the source given now, so that such a run still resumes."""
+    from keras_cait.training.run_data import LEGACY_SOURCE
+
+    return {key: settings[key] if value == LEGACY_SOURCE and str(settings.get(key, "")).startswith("<ImageSource")
+            else value for key, value in saved.items()}
 
 
 def _recipe_differences(output_dir, recipe):

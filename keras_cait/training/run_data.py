@@ -35,10 +35,23 @@ def given(value):
         value = os.fspath(value)
         return value if ":" in value or not os.path.exists(value) else os.path.abspath(value)
     if isinstance(value, sources.ImageSource):
-        return "<ImageSource>"
+        return recorded_source(value)
     if isinstance(value, keras.Model):
         return f"<model {value.name}>"
     return value
+
+
+def recorded_source(source):
+    """An `ImageSource` as run.json keeps it: by its images, classes and folder, so that a rerun given
+    another source is told from one given the same (each was "<ImageSource>", and another source
+    resumed the run as if it were the same)."""
+    names = ", ".join(source.class_names) if len(source.class_names) <= 5 else \
+        f"{', '.join(source.class_names[:5])}, ..."
+    folder = f" in {os.path.abspath(source.folder)}" if source.folder else ""
+    return f"<ImageSource of {source.num_examples} images, {source.num_classes} classes ({names}){folder}>"
+
+
+LEGACY_SOURCE = "<ImageSource>"  # how run.json recorded any ImageSource before `recorded_source`
 
 
 def shown(data):

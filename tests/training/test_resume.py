@@ -120,6 +120,30 @@ def test_a_record_keyed_by_flags_is_read_by_argument_and_none_is_one_value(tmp_p
     assert json.loads((tmp_path / "run.json").read_text())["settings"] == settings
 
 
+def test_a_rerun_given_another_image_source_is_refused_and_a_legacy_record_still_resumes(digits, tmp_path):
+    """Every ImageSource was recorded as "<ImageSource>", so a rerun given another one resumed the run."""
+    from keras_cait.training import run_data, sources
+
+    digits(tmp_path / "first", per_class=2, classes=range(3))
+    digits(tmp_path / "second", per_class=3, classes=range(3))
+    first, second = (sources.image_folder(tmp_path / name) for name in ("first", "second"))
+    run = str(tmp_path / "run")
+    os.makedirs(run)
+    given = run_data.given(first)
+    assert given == f"<ImageSource of 6 images, 3 classes (0, 1, 2) in {tmp_path / 'first'}>"
+    RunRecord.open(run, "finetune", {"data": given}, arguments={"data"}).finish("head")
+    assert RunRecord.open(run, "finetune", {"data": run_data.given(sources.image_folder(tmp_path / "first"))},
+                          arguments={"data"}).finished("head")
+    with pytest.raises(BackupError) as refused:
+        RunRecord.open(run, "finetune", {"data": run_data.given(second)}, arguments={"data"})
+    assert f"(data <ImageSource of 6 images, 3 classes (0, 1, 2) in {tmp_path / 'first'}> then, " \
+           f"<ImageSource of 9 images, 3 classes (0, 1, 2) in {tmp_path / 'second'}> now)" in str(refused.value)
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    record["settings"]["data"] = run_data.LEGACY_SOURCE  # as run.json recorded any source before
+    (tmp_path / "run" / "run.json").write_text(json.dumps(record))
+    assert RunRecord.open(run, "finetune", {"data": run_data.given(second)}, arguments={"data"}).finished("head")
+
+
 def test_a_folder_of_another_command_is_refused_in_python_words(tmp_path):
     RunRecord.open(str(tmp_path), "train", {"data": "a"}).finish("train")
     with pytest.raises(BackupError) as refused:
