@@ -69,7 +69,7 @@ PUBLIC = {'keras_cait': {'AttentionMaps': '(class_attention: list, class_token_w
                        'Format': '(name: str, suffix: str | None, exporter: str, quantizations: tuple, extra: str '
                                  '| None, refusal: str | None = None, refusals: dict = <factory>, compute_dtypes: '
                                  "tuple = ('float32',), calibrated: tuple = (), modes: dict = <factory>, writes: "
-                                 "str = '', runs_on: str = '', quantized_model: str = '') -> None",
+                                 "str = '', runs_on: str = '', quantized_model: str = '', companions: tuple = ()) -> None",
                        'KERAS_QUANTIZATIONS': None,
                        'ONNX_QUANTIZATIONS': None,
                        'QUANTIZATIONS': None,
