@@ -542,6 +542,11 @@ def test_a_checkpoint_of_a_validation_metric_without_validation_data_is_refused(
                                             r"'val_accuracy', .*; give validation_data, or monitor 'accuracy'$"):
         fit(model, _stream_from, epochs=1, steps_per_epoch=2, callbacks=[checkpoint], verbose=0)
     assert model.optimizer.iterations.numpy() == 0
+    # Keras' own callbacks of a validation metric are Keras' to judge: it warns and trains on.
+    stopping = keras.callbacks.EarlyStopping(monitor="val_loss")
+    with pytest.warns(UserWarning, match="val_loss"):
+        fit(model, _stream_from, epochs=1, steps_per_epoch=2, callbacks=[stopping], verbose=0)
+    assert model.optimizer.iterations.numpy() == 2
     with pytest.raises(KeyError, match=r"monitor='val_accuracy': the epoch's logs lack it \(they have accuracy, "
                                        r"loss\): fit was given no validation_data; give fit validation_data"):
         model.fit(_stream_from(0), epochs=1, steps_per_epoch=2, callbacks=[checkpoint], verbose=0)
