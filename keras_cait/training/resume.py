@@ -132,11 +132,12 @@ class RunRecord:
 RECIPE_FILENAME = "recipe.json"
 
 
+LEGACY_SOURCE = "<ImageSource>"  # how run.json recorded any ImageSource before `run_data.recorded_source`
+
+
 def _legacy_sources_kept(saved, settings):
     """`saved` with each ImageSource that an older run.json recorded as "<ImageSource>" (which says
     nothing of which it was) taken as the source given now, so that such a run still resumes."""
-    from keras_cait.training.run_data import LEGACY_SOURCE
-
     return {key: settings[key] if value == LEGACY_SOURCE and str(settings.get(key, "")).startswith("<ImageSource")
             else value for key, value in saved.items()}
 

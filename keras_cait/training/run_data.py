@@ -51,9 +51,6 @@ def recorded_source(source):
     return f"<ImageSource of {source.num_examples} images, {source.num_classes} classes ({names}){folder}>"
 
 
-LEGACY_SOURCE = "<ImageSource>"  # how run.json recorded any ImageSource before `recorded_source`
-
-
 def shown(data):
     """`data` as a message names it: the path or spec as given."""
     return "<ImageSource>" if isinstance(data, sources.ImageSource) else os.fspath(data)

@@ -122,7 +122,7 @@ def test_a_record_keyed_by_flags_is_read_by_argument_and_none_is_one_value(tmp_p
 
 def test_a_rerun_given_another_image_source_is_refused_and_a_legacy_record_still_resumes(digits, tmp_path):
     """Every ImageSource was recorded as "<ImageSource>", so a rerun given another one resumed the run."""
-    from keras_cait.training import run_data, sources
+    from keras_cait.training import resume, run_data, sources
 
     digits(tmp_path / "first", per_class=2, classes=range(3))
     digits(tmp_path / "second", per_class=3, classes=range(3))
@@ -139,7 +139,7 @@ def test_a_rerun_given_another_image_source_is_refused_and_a_legacy_record_still
     assert f"(data <ImageSource of 6 images, 3 classes (0, 1, 2) in {tmp_path / 'first'}> then, " \
            f"<ImageSource of 9 images, 3 classes (0, 1, 2) in {tmp_path / 'second'}> now)" in str(refused.value)
     record = json.loads((tmp_path / "run" / "run.json").read_text())
-    record["settings"]["data"] = run_data.LEGACY_SOURCE  # as run.json recorded any source before
+    record["settings"]["data"] = resume.LEGACY_SOURCE  # as run.json recorded any source before
     (tmp_path / "run" / "run.json").write_text(json.dumps(record))
     assert RunRecord.open(run, "finetune", {"data": run_data.given(second)}, arguments={"data"}).finished("head")
 
