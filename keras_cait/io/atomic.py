@@ -151,6 +151,7 @@ def written_atomically(path, overwrite=True, companions=()):
         for target in [*companions, path]:
             if not os.path.exists(os.path.join(workspace, os.path.basename(target))):
                 raise RuntimeError(f"The writer of {path!r} wrote nothing for {target!r}.")
+            _check_same_kind(os.path.join(workspace, os.path.basename(target)), target)
         for companion in companions:
             os.replace(os.path.join(workspace, os.path.basename(companion)), companion)
         if os.path.isdir(path) and overwrite:
@@ -162,6 +163,17 @@ def written_atomically(path, overwrite=True, companions=()):
         shutil.rmtree(workspace, ignore_errors=True)
         if not done and created:  # the folders made for `path`, where they are still empty
             _remove_empty(parent, up_to=created)
+
+
+def _check_same_kind(written, target):
+    """A file never replaces a folder, nor a folder a file: `Recipe.save('runs')` of a folder (or of '',
+    the working folder) used to replace it, and all it held, with one JSON file."""
+    if os.path.isdir(target) and not os.path.isdir(written):
+        raise IsADirectoryError(errno.EISDIR, "is a folder, where a file is written; give the path of a file in it, "
+                                "or move the folder away", target)
+    if os.path.lexists(target) and not os.path.isdir(target) and os.path.isdir(written):
+        raise NotADirectoryError(errno.ENOTDIR, "is a file, where a folder is written; give another path, or "
+                                 "move the file away", target)
 
 
 def _first_missing(folder):

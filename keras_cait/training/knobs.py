@@ -114,7 +114,16 @@ class Knobs:
         return {field.name: _plain(getattr(self, field.name)) for field in dataclasses.fields(self)}
 
     def save(self, path, name=None):
-        """Writes the recipe as readable JSON (`{"recipe": name, "lr": ...}`), put in place whole."""
+        """Writes the recipe as readable JSON (`{"recipe": name, "lr": ...}`), put in place whole. A
+        `path` that is a folder is refused (it was replaced, and all it held, by the file)."""
+        path = _recipe_path(path)
+        if os.path.isdir(path):
+            raise ArgumentError("path", path, "is a folder, where save writes one JSON file",
+                                f"give a file in it, e.g. {os.path.join(path, 'recipe.json')!r}", usage=True)
+        if name is not None and not isinstance(name, str):
+            raise ArgumentError("name", name, f"must be the name of a recipe (a str) or None, not "
+                                f"{type(name).__name__}", "e.g. name='deit'", usage=True,
+                                shown=f"<{type(name).__name__}>")
         atomic.write_text(path, json.dumps({"recipe": name, **self.as_dict()}, indent=2) + "\n")
 
     @classmethod
@@ -131,18 +140,23 @@ class Knobs:
         range, knobs missing and a recipe named that RECIPES has not) an `ArgumentError` naming
         `path`."""
         recipes = cls.named()
-        path = os.fspath(path)
-        with open(path) as file:
-            text = file.read()
+        path = _recipe_path(path)
         allowed = 'write it with Recipe.save(path), or as JSON {"recipe": "<name>", "<knob>": value, ...}'
+        if os.path.isdir(path):
+            raise ArgumentError("path", path, "is a folder, not a recipe file",
+                                f"give the file, e.g. {os.path.join(path, 'recipe.json')!r}", usage=True)
         try:
-            values = json.loads(text)
-        except ValueError as error:
-            raise ArgumentError("path", path, f"is no recipe file: not JSON ({error})", allowed) from None
+            with open(path, encoding="utf-8") as file:
+                values = json.loads(file.read())
+        except ValueError as error:  # UnicodeDecodeError too
+            raise ArgumentError("path", path, f"is no recipe file: not JSON text ({error})", allowed) from None
         if not isinstance(values, dict):
             raise ArgumentError("path", path, f"is no recipe file: a JSON {type(values).__name__}, not an object",
                                 allowed)
         name = values.pop("recipe", None)
+        if name is not None and not isinstance(name, str):  # a list was `unhashable type: 'list'`
+            raise ArgumentError("path", path, f'names the recipe {name!r}, which is no name',
+                                f'give "recipe": one of {", ".join(map(repr, recipes))}, or null')
         unknown = sorted(set(values) - set(knobs()))
         if unknown:
             raise ArgumentError("path", path, f"has no knob {', '.join(unknown)}", f"its knobs: {', '.join(knobs())}")
@@ -155,6 +169,13 @@ class Knobs:
             return cls(**{**(recipes[name].as_dict() if missing and name is not None else {}), **values})
         except KnobError as error:
             raise quietly_caused(ArgumentError("path", path, f"its {error}"), error) from None
+
+
+def _recipe_path(path):
+    """`path` of `save` and `load` as a str; None or a number is an `ArgumentError` naming it."""
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise ArgumentError("path", path, "must be the path of a recipe file", "e.g. 'recipe.json'", usage=True)
+    return os.fspath(path)
 
 
 class KnobError(ArgumentError):

@@ -183,3 +183,24 @@ def test_a_failed_write_removes_the_folders_it_made_and_only_those(tmp_path):
             (tmp_path / "busy" / "other.onnx").write_text("another writer's")
             raise RuntimeError("conversion failed")
     assert sorted(os.listdir(tmp_path / "busy")) == ["other.onnx"]
+
+
+def test_a_file_never_replaces_a_folder_nor_a_folder_a_file(tmp_path):
+    """`write_text` to a folder's path replaced the folder, and all it held, with the file (a recipe saved
+    to 'runs', or to '', the working folder)."""
+    import errno
+
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine")
+    with pytest.raises(IsADirectoryError) as raised:
+        atomic.write_text(str(folder), "{}")
+    assert raised.value.errno == errno.EISDIR and raised.value.filename == str(folder)
+    assert str(raised.value) == (f"[Errno 21] is a folder, where a file is written; give the path of a file in it, "
+                                 f"or move the folder away: {str(folder)!r}")
+    (tmp_path / "notes").write_text("mine too")
+    with pytest.raises(NotADirectoryError):
+        with atomic.written_atomically(str(tmp_path / "notes")) as temporary:
+            write_version(temporary, "new")
+    assert (folder / "notes.txt").read_text() == "mine" and (tmp_path / "notes").read_text() == "mine too"
+    assert sorted(os.listdir(tmp_path)) == ["notes", "runs"]

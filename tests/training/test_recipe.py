@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+import re
 
 import keras
 import numpy as np
@@ -295,7 +296,7 @@ def test_clip_grad_clips_the_global_norm_as_timm_does():
 
 
 @pytest.mark.parametrize("text, line", [
-    ("", "is no recipe file: not JSON (Expecting value: line 1 column 1 (char 0)); write it with Recipe.save(path), "
+    ("", "is no recipe file: not JSON text (Expecting value: line 1 column 1 (char 0)); write it with Recipe.save(path), "
          'or as JSON {"recipe": "<name>", "<knob>": value, ...}'),
     ("[1, 2]", "is no recipe file: a JSON list, not an object; write it with Recipe.save(path), or as JSON "
                '{"recipe": "<name>", "<knob>": value, ...}'),
@@ -310,6 +311,43 @@ def test_a_recipe_file_that_is_no_recipe_is_refused_naming_it(tmp_path, text, li
     with pytest.raises(ArgumentError) as raised:
         Recipe.load(path)
     assert str(raised.value) == f"path={str(path)!r}: {line}"
+
+
+def test_a_recipe_file_that_is_no_text_names_no_recipe_or_is_a_folder_is_refused_naming_it(tmp_path):
+    """A UnicodeDecodeError, `unhashable type: 'list'`, an IsADirectoryError and a TypeError before."""
+    path = tmp_path / "recipe.json"
+    path.write_bytes(b"\xff\xfe")
+    with pytest.raises(ArgumentError, match=r"^path='.*recipe\.json': is no recipe file: not JSON text \('utf-8' codec"):
+        Recipe.load(path)
+    path.write_text('{"recipe": ["x"], "epochs": 3}')
+    with pytest.raises(ArgumentError, match=r"^path='.*': names the recipe \['x'\], which is no name; give \"recipe\": "
+                                            r"one of 'deit', .*, or null$"):
+        Recipe.load(path)
+    with pytest.raises(ArgumentError, match=rf"^path={re.escape(repr(str(tmp_path)))}: is a folder, not a recipe file; "
+                                            r"give the file, e\.g\. '.*recipe\.json'$"):
+        Recipe.load(tmp_path)
+    for given in (None, 3, ""):
+        with pytest.raises(ArgumentError, match=rf"^path={re.escape(repr(given))}: must be the path of a recipe file"):
+            Recipe.load(given)
+
+
+@pytest.mark.parametrize("folder", ["runs", "", "."])
+def test_saving_a_recipe_to_a_folder_is_refused_and_the_folder_kept(tmp_path, monkeypatch, folder):
+    """`save('runs')` replaced the folder, and everything in it, by the JSON file; `save('')` the working
+    folder itself."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "notes.txt").write_text("mine")
+    with pytest.raises(ArgumentError) as raised:
+        RECIPES["deit"].save(folder)
+    assert raised.value.argument == "path"
+    assert str(raised.value) == ("path='': must be the path of a recipe file; e.g. 'recipe.json'" if not folder else
+                                 f"path={folder!r}: is a folder, where save writes one JSON file; give a file in it, "
+                                 f"e.g. {os.path.join(folder, 'recipe.json')!r}")
+    assert sorted(os.listdir(tmp_path)) == ["runs"] and (tmp_path / "runs" / "notes.txt").read_text() == "mine"
+    with pytest.raises(ArgumentError, match=r"^name=<object>: must be the name of a recipe \(a str\) or None"):
+        RECIPES["deit"].save("recipe.json", name=object())
+    assert not (tmp_path / "recipe.json").exists()
 
 
 def test_a_hand_written_recipe_takes_the_knobs_it_leaves_out_from_the_recipe_it_names(tmp_path):
