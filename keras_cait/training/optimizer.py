@@ -46,6 +46,33 @@ def weight_decay_exclusions(model):
     return excluded
 
 
+@keras.saving.register_keras_serializable(package="keras_cait")
+class AdamW(keras.optimizers.AdamW):
+    """Keras' AdamW that keeps the variables it does not decay in its config, by their paths.
+
+    Keras' `exclude_from_weight_decay(var_list=...)` holds the variables themselves, which a saved
+    optimizer does not keep: a model compiled with `adamw`, saved with `model.save` and loaded back
+    decayed its biases, norms, LayerScale gammas and position embedding from then on, silently.
+    `excluded_paths`: the `variable.path` of each variable not to decay (`adamw` gives them).
+    """
+
+    def __init__(self, *args, excluded_paths=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.excluded_paths = sorted(excluded_paths)
+        self._excluded = set(self.excluded_paths)
+
+    def build(self, var_list):
+        # The variables of `excluded_paths` join those `exclude_from_weight_decay` was given (none in a
+        # loaded optimizer), before Keras' build, after which the exclusions are fixed.
+        given = getattr(self, "_exclude_from_weight_decay", set())
+        self.exclude_from_weight_decay(var_list=[variable for variable in var_list if variable.path in self._excluded])
+        self._exclude_from_weight_decay |= given
+        super().build(var_list)
+
+    def get_config(self):
+        return {**super().get_config(), "excluded_paths": self.excluded_paths}
+
+
 @renamed_keywords(clipnorm=("global_clipnorm", "one norm over all the gradients, as timm's --clip-grad; "
                                                  "clipnorm clipped each variable's gradient on its own"))
 def adamw(
@@ -59,7 +86,8 @@ def adamw(
     use_ema=False,
     ema_momentum=EMA_MOMENTUM,
 ):
-    """`keras.optimizers.AdamW` with DeiT's settings and weight-decay exclusions.
+    """`keras.optimizers.AdamW` with DeiT's settings and weight-decay exclusions (an `AdamW` of this
+    module, which keeps them when the model is saved with its optimizer).
 
     The decoupled decay `w <- w - lr * weight_decay * w` applies to the kernels
     only; biases, norms, LayerScale gammas, the position embedding and the class
@@ -99,7 +127,9 @@ def adamw(
     if global_clipnorm is not None:
         _check_settings(global_clipnorm=(global_clipnorm, 0, None, 1.0))
     use_ema = checked_bool("use_ema", use_ema, "True (keep an average of the weights) or False")
-    optimizer = keras.optimizers.AdamW(
+    excluded = weight_decay_exclusions(model)
+    optimizer = AdamW(
+        excluded_paths=[variable.path for variable in excluded],
         learning_rate=learning_rate,
         weight_decay=weight_decay,
         beta_1=beta_1,
@@ -109,5 +139,5 @@ def adamw(
         use_ema=use_ema,
         ema_momentum=ema_momentum,
     )
-    optimizer.exclude_from_weight_decay(var_list=weight_decay_exclusions(model))
+    optimizer.exclude_from_weight_decay(var_list=excluded)
     return optimizer

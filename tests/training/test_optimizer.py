@@ -85,6 +85,20 @@ def test_exactly_the_kernels_decay(tiny_cait):
     assert decayed_by_one_step(model) == set(DECAYED)
 
 
+def test_a_model_saved_with_its_optimizer_and_loaded_back_decays_the_kernels_only(tiny_cait, tmp_path):
+    """Keras keeps no `exclude_from_weight_decay(var_list=...)` in a saved optimizer: loaded back, the
+    optimizer decayed the biases, norms, LayerScale gammas, position embedding and class token too."""
+    model = tiny_cait(depth=1, class_attention_depth=1, classes=10)
+    model.compile(optimizer=adamw(model, 0.1, weight_decay=0.5), loss="categorical_crossentropy")
+    model.optimizer.build(model.trainable_variables)
+    model.save(tmp_path / "compiled.keras")
+    loaded = keras.models.load_model(tmp_path / "compiled.keras")
+    before = {v.path: np.array(v) for v in loaded.trainable_variables}
+    loaded.optimizer.apply([keras.ops.zeros_like(v) for v in loaded.trainable_variables], loaded.trainable_variables)
+    decayed = {v.path for v in loaded.trainable_variables if not np.array_equal(np.array(v), before[v.path])}
+    assert decayed == set(DECAYED)
+
+
 def test_real_variant_decays_its_kernels_only():
     model = keras_cait.CaiT_XXS24(weights=None)
     paths = [v.path for v in model.weights]
