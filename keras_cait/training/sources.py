@@ -9,6 +9,7 @@ a source into training batches and evaluation batches, and
 import collections.abc
 import contextlib
 import dataclasses
+import glob
 import numbers
 import os
 from collections.abc import Callable
@@ -16,11 +17,12 @@ from collections.abc import Callable
 import numpy as np
 
 from keras_cait import deprecation
-from keras_cait.errors import ArgumentError, Named, check_names_not_mapping, counted, listed, repeated
+from keras_cait.errors import (ArgumentError, Named, check_names_not_mapping, checked_count, counted, listed,
+                               repeated)
 from keras_cait.images.evaluation_transform import (
     HEADER_BYTES, IMAGE_EXTENSIONS, IMAGE_FORMATS, has_image_signature, is_image_file_name,
 )
-from keras_cait.io.atomic import written_atomically
+from keras_cait.io.atomic import unwritable, written_atomically
 from keras_cait.io.stderr import load_tensorflow
 
 tf = load_tensorflow()  # on JAX or PyTorch, its first import: without TensorFlow's start-up lines
@@ -196,8 +198,27 @@ def write_tfrecords(source, path_prefix, num_shards=1):
 
     Each record is a `tf.train.Example` with `image/encoded` (the original file
     bytes) and `image/class/label` (int64), the layout of the TF-slim/TPU
-    ImageNet TFRecords. Shards are written to a temporary name and renamed.
+    ImageNet TFRecords. Shards are written to a temporary name and renamed. Shards of
+    `path_prefix` that are there already are refused (another count of them was left beside the
+    new ones, and a glob of the prefix read every example twice).
     """
+    source = checked_source(source, "write_tfrecords")
+    num_shards = checked_count("num_shards", num_shards, 1, note=", the files to write")
+    if not isinstance(path_prefix, (str, os.PathLike)) or not os.fspath(path_prefix) or \
+            os.path.isdir(path_prefix):
+        raise ArgumentError("path_prefix", path_prefix, "must be the start of the shards' paths, not "
+                            + ("a folder" if isinstance(path_prefix, (str, os.PathLike)) and os.fspath(path_prefix)
+                               else type(path_prefix).__name__), ["e.g. ", Named("path_prefix", "records/train")],
+                            usage=True)
+    path_prefix = os.fspath(path_prefix)
+    there = sorted(tf.io.gfile.glob(f"{glob.escape(path_prefix)}-?????-of-?????.tfrecord"))
+    if there:
+        raise ArgumentError("path_prefix", path_prefix, f"has {counted(len(there), 'shard')} already "
+                            f"({listed([os.path.basename(p) for p in there], 2)})",
+                            "give another prefix, or delete them first", usage=True)
+    problem = unwritable(os.path.dirname(os.path.abspath(path_prefix)), given=path_prefix)
+    if problem:
+        raise ArgumentError("path_prefix", path_prefix, *problem, usage=True)
     paths = [f"{path_prefix}-{i:05d}-of-{num_shards:05d}.tfrecord" for i in range(num_shards)]
     with contextlib.ExitStack() as stack:
         partials = [stack.enter_context(written_atomically(path)) for path in paths]
@@ -229,9 +250,23 @@ def tfrecords(files, class_names, num_examples=None):
     if twice:
         raise ArgumentError("class_names", class_names, f"repeats {listed(twice)}",
                             "give each class its own name, in the order of the indices", usage=True)
-    paths = sorted(tf.io.gfile.glob(files)) if isinstance(files, str) else list(files)
+    if isinstance(files, os.PathLike):
+        files = os.fspath(files)
+    if not isinstance(files, str) and not (isinstance(files, collections.abc.Iterable) and all(
+            isinstance(path, (str, os.PathLike)) for path in files)):
+        raise ArgumentError("files", files, "must be a glob pattern or a list of paths of TFRecord files",
+                            ["e.g. ", Named("files", "records/train-*")], usage=True, shown=f"<{type(files).__name__}>")
+    paths = sorted(tf.io.gfile.glob(files)) if isinstance(files, str) else [os.fspath(path) for path in files]
     if not paths:
         raise FileNotFoundError(f"No TFRecord files match {files!r}.")
+    for path in paths:  # a folder or a missing file failed in the first pass as a TensorFlow graph error
+        if tf.io.gfile.isdir(path) or not tf.io.gfile.exists(path):  # tf.io.gfile: gs:// paths too
+            raise ArgumentError("files", files, f"{path!r} is {'a folder' if tf.io.gfile.isdir(path) else 'missing'}, "
+                                "not a TFRecord file", "give the files of write_tfrecords, e.g. 'records/train-*'",
+                                usage=True)
+    if num_examples is not None:
+        num_examples = checked_count("num_examples", num_examples, 1000,
+                                     note=", the records in the files (None: counted)")
     examples = tf.data.TFRecordDataset(paths)
     if num_examples is None:  # one pass that counts the records and checks their labels
         labels = examples.map(lambda record: _parse_record(record)[1])
@@ -313,6 +348,8 @@ def split(source, fraction, seed=0):
     (`class_counts` tells the classes of 1 image, which cannot be split).
     """
     checked_source(source, "split")
+    # None drew another held-out set on every call, which the next call could train on.
+    seed = checked_count("seed", seed, 0, minimum=0, note=", which chooses the same held-out set each call")
     if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real) or not 0 < fraction < 1:
         kind = "" if isinstance(fraction, numbers.Real) and not isinstance(fraction, bool) else \
             f", not {type(fraction).__name__}"

@@ -2,6 +2,7 @@
 
 import collections
 import os
+import re
 import sys
 
 import pytest
@@ -189,6 +190,52 @@ def test_class_names_given_with_a_folder_are_checked_against_its_classes(folder)
     assert str(raised.value).startswith(f"class_names=['cat', 'dog']: the folder {folder!r} has the classes "
                                         f"{', '.join(classes[:5])}")
     assert str(raised.value).endswith("; leave class_names out for a folder, or give those names in that order")
+
+
+@pytest.mark.parametrize("seed, kind", [(None, ", not NoneType"), (-1, ""), ("1", ", not str")])
+def test_split_refuses_a_seed_that_chooses_no_one_held_out_set(folder, seed, kind):
+    """seed=None drew another held-out set on each call, which a second call trained on; '1' and -1 were
+    numpy's errors."""
+    with pytest.raises(ArgumentError, match=rf"^seed={re.escape(repr(seed))}: must be a non-negative integer, which "
+                                            rf"chooses the same held-out set each call{kind}; e\.g\. seed=0$"):
+        sources.split(sources.image_folder(folder), 0.1, seed=seed)
+
+
+def test_write_tfrecords_refuses_a_prefix_with_shards_already_and_arguments_it_cannot_take(folder, tmp_path):
+    """Written again with fewer shards, the old ones stayed beside the new and a glob of the prefix read
+    every example twice; num_shards=0 was a ZeroDivisionError, a path for the source an AttributeError."""
+    source = sources.image_folder(folder)
+    first = sources.write_tfrecords(source, str(tmp_path / "digits"), num_shards=2)
+    with pytest.raises(ArgumentError, match=r"^path_prefix='.*digits': has 2 shards already \(digits-00000-of-00002"
+                                            r"\.tfrecord, digits-00001-of-00002\.tfrecord\); give another prefix, "
+                                            r"or delete them first$"):
+        sources.write_tfrecords(source, str(tmp_path / "digits"), num_shards=1)
+    for arguments, line in [
+        (dict(num_shards=0), r"^num_shards=0: must be a positive integer, the files to write; e\.g\. num_shards=1$"),
+        (dict(path_prefix=str(tmp_path)), r"^path_prefix='.*': must be the start of the shards' paths, not a folder"),
+        (dict(path_prefix=None), r"^path_prefix=None: must be the start of the shards' paths, not NoneType"),
+        (dict(source=str(folder)), r"^source='.*': write_tfrecords takes an ImageSource, not a path"),
+    ]:
+        with pytest.raises(ArgumentError, match=line):
+            sources.write_tfrecords(**{"source": source, "path_prefix": str(tmp_path / "other"), **arguments})
+    assert sorted(os.listdir(tmp_path)) == sorted(os.path.basename(path) for path in first)
+
+
+def test_tfrecords_refuse_files_and_a_count_they_cannot_take_naming_them(folder, tmp_path):
+    """A folder or a missing file failed as TensorFlow graph errors on the first pass, a pathlib path
+    as `'PosixPath' object is not iterable`, and num_examples='12' was taken."""
+    import pathlib
+
+    source = sources.image_folder(folder)
+    (path,) = sources.write_tfrecords(source, str(tmp_path / "digits"))
+    assert sources.tfrecords(pathlib.Path(path), source.class_names).num_examples == 100
+    for files, line in [(str(tmp_path), r"is a folder, not a TFRecord file"),
+                        ([str(tmp_path / "missing.tfrecord")], r"is missing, not a TFRecord file")]:
+        with pytest.raises(ArgumentError, match=rf"^files=.*: '.*' {line}; give the files of write_tfrecords"):
+            sources.tfrecords(files, source.class_names)
+    with pytest.raises(ArgumentError, match=r"^num_examples='100': must be a positive integer, the records in the "
+                                            r"files \(None: counted\), not str"):
+        sources.tfrecords(path, source.class_names, num_examples="100")
 
 
 def test_split_given_a_path_or_a_fraction_of_another_type_names_the_argument(folder):
