@@ -20,11 +20,11 @@ from keras_cait.errors import ArgumentError, Named, quietly_caused
 GROUPS = ("optimizer (AdamW)", "schedule", "augmentation", "regularisation", "distillation")
 
 
-def knob(default, help, group, low=None, high=None, choices=None, positive=False):  # noqa: A002  argparse's word
+def knob(default, help, group, low=None, high=None, choices=None, positive=False, below=False):  # noqa: A002
     """A field of `Knobs`: its default is DeiT's; the rest is what the command line shows and checks
-    (`low`/`high`: the allowed range; `positive`: above 0)."""
+    (`low`/`high`: the allowed range, `high` itself out of it with `below`; `positive`: above 0)."""
     return dataclasses.field(default=default, metadata=dict(help=help, group=group, low=low, high=high,
-                                                              choices=choices, positive=positive))
+                                                              choices=choices, positive=positive, below=below))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +47,8 @@ class Knobs:
     lr_batch: int = knob(512, "the global batch --lr and --head-lr are quoted for", "optimizer (AdamW)", low=1)
     weight_decay: float = knob(0.05, "decoupled weight decay (none on biases, norms, LayerScale, pos_embed, "
                                      "cls_token)", "optimizer (AdamW)", low=0.0)
-    opt_betas: tuple = knob((0.9, 0.999), "AdamW's beta_1 and beta_2", "optimizer (AdamW)", low=0.0, high=1.0)
+    opt_betas: tuple = knob((0.9, 0.999), "AdamW's beta_1 and beta_2", "optimizer (AdamW)", low=0.0, high=1.0,
+                            below=True)
     opt_eps: float = knob(1e-8, "AdamW's epsilon (Keras' own default is 1e-7)", "optimizer (AdamW)", low=0.0)
     clip_grad: float = knob(None, "clip the norm of all gradients taken together (timm's clip_grad_norm_); off "
                                   "when not given", "optimizer (AdamW)", low=0.0)
@@ -79,7 +80,7 @@ class Knobs:
                             low=0.0, high=0.99)
     model_ema: bool = knob(True, "keep a moving average of the weights, saved as ema.keras; best.keras and "
                                  "final.keras keep the raw weights", "regularisation")
-    model_ema_decay: float = knob(0.99996, "EMA decay per step", "regularisation", low=0.0, high=1.0)
+    model_ema_decay: float = knob(0.99996, "EMA decay per step", "regularisation", low=0.0, high=1.0, below=True)
     # Distillation: DeiT --distillation-type none --distillation-alpha 0.5 --distillation-tau 1.0.
     distillation_type: str = knob("none", "hard: cross-entropy with the teacher's class; soft: KL at "
                                           "--distillation-tau (needs --teacher)", "distillation",
@@ -218,10 +219,12 @@ def out_of_range(field, value, example=None):
     if value is None or isinstance(value, bool) or (low is None and high is None and not positive):
         return ()
     for item in value if isinstance(value, (tuple, list)) else (value,):
+        below = field.metadata["below"]
         if not math.isfinite(item) or (positive and item <= 0) or (low is not None and item < low) or (
-                high is not None and item > high):
+                high is not None and (item >= high if below else item > high)):
+            # 1.0 for a beta or the EMA decay used to pass here and be refused by adamw, naming beta_1.
             limits = "positive" if positive else f"at least {low:g}" if high is None else \
-                f"between {low:g} and {high:g}"
+                f"at least {low:g} and below {high:g}" if below else f"between {low:g} and {high:g}"
             return f"must be {limits}", allowed
     return ()
 

@@ -91,7 +91,10 @@ def test_an_unknown_recipe_is_refused_in_one_line(capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["--reprob", "1.5"], "--reprob 1.5: must be between 0 and 1; e.g. --reprob 0.25\n"),
-    (["--opt-betas", "0.9", "1.5"], "--opt-betas 0.9 1.5: must be between 0 and 1; e.g. --opt-betas 0.9 0.999\n"),
+    (["--opt-betas", "0.9", "1.5"], "--opt-betas 0.9 1.5: must be at least 0 and below 1; e.g. --opt-betas 0.9 0.999\n"),
+    # 1 itself was taken, then refused by adamw as beta_1=1.0 / ema_momentum=1.0, no flags of the command.
+    (["--opt-betas", "1", "1"], "--opt-betas 1 1: must be at least 0 and below 1; e.g. --opt-betas 0.9 0.999\n"),
+    (["--model-ema-decay", "1"], "--model-ema-decay 1: must be at least 0 and below 1; e.g. --model-ema-decay 0.99996\n"),
     (["--distillation-tau", "0"], "--distillation-tau 0: must be positive; e.g. --distillation-tau 1\n"),
     (["--lr=-1e-3"], "--lr -0.001: must be at least 0; e.g. --lr 1e-05\n"),
 ])

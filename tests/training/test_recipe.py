@@ -133,6 +133,12 @@ def test_replace_save_load_and_differences_name_the_knobs(tmp_path):
         recipe.replace(epoch=3)
     with pytest.raises(ValueError, match=r"^reprob=1.5: must be between 0 and 1; e.g. reprob=0.25$"):
         recipe.replace(reprob=1.5)
+    # 1 was taken, then refused by the optimizer as beta_1=1.0 or ema_momentum=1.0, a name the recipe has not.
+    with pytest.raises(ValueError, match=r"^opt_betas=\(0\.9, 1\.0\): must be at least 0 and below 1; "
+                                         r"e\.g\. opt_betas=\([\d.]+, [\d.]+\)$"):
+        recipe.replace(opt_betas=(0.9, 1.0))
+    with pytest.raises(ValueError, match=r"^model_ema_decay=1\.0: must be at least 0 and below 1; "):
+        recipe.replace(model_ema_decay=1.0)
     # numpy's numbers (a value read from an array) are kept as the Python type of the knob
     numpy_made = recipe.replace(epochs=np.int64(10), lr=np.float32(0.5), opt_betas=(np.float64(0.8), 0.99))
     assert type(numpy_made.epochs) is int and type(numpy_made.lr) is float
