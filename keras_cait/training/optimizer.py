@@ -1,9 +1,11 @@
 """AdamW as DeiT/CaiT train with it, built from Keras core's AdamW."""
 
+import numbers
+
 import keras
 
 from keras_cait.deprecation import renamed_keywords
-from keras_cait.errors import checked_bool, checked_number
+from keras_cait.errors import ArgumentError, checked_bool, checked_number
 from keras_cait.layers import ClassToken, PositionEmbedding
 from keras_cait.models.surgery import check_model_object
 from keras_cait.training.knobs import DEIT
@@ -18,8 +20,20 @@ def _check_settings(**settings):
     """An `ArgumentError` naming the first of `settings` (name: (value, low, high, example)) that is
     no number (a str from a config, a bool) or is outside [low, high) (high None: no bound)."""
     for name, (value, low, high, example) in settings.items():
-        checked_number(name, value, lambda v: low <= v and (high is None or v < high),
+        checked_number(name, value, lambda v: low <= v < float("inf") and (high is None or v < high),
                        f"at least {low}" if high is None else f"in [{low}, {high})", example)
+
+
+def _check_learning_rate(learning_rate):
+    """A number must be finite and at least 0 (-1 and nan were taken: the run diverged or gave nan
+    losses), a str (from a config) is refused; a schedule or a callable is Keras' to take."""
+    if isinstance(learning_rate, (str, bytes, bool)) or learning_rate is None:
+        raise ArgumentError("learning_rate", learning_rate, "must be a number or a schedule, not "
+                            f"{type(learning_rate).__name__}", "e.g. learning_rate=5e-4, or "
+                            "warmup_cosine(5e-4, total_steps, warmup_steps)", usage=True)
+    if isinstance(learning_rate, numbers.Real) and not (0 <= learning_rate < float("inf")):
+        raise ArgumentError("learning_rate", learning_rate, "must be a number of at least 0",
+                            "e.g. learning_rate=5e-4", usage=True)
 
 
 def _layers(layer):
@@ -126,6 +140,7 @@ def adamw(
                     ema_momentum=(ema_momentum, 0, 1, EMA_MOMENTUM))
     if global_clipnorm is not None:
         _check_settings(global_clipnorm=(global_clipnorm, 0, None, 1.0))
+    _check_learning_rate(learning_rate)
     use_ema = checked_bool("use_ema", use_ema, "True (keep an average of the weights) or False")
     excluded = weight_decay_exclusions(model)
     optimizer = AdamW(

@@ -145,12 +145,28 @@ def test_deit_defaults_and_unbuilt_model_error():
     ("epsilon", -1e-8, "epsilon=-1e-08: must be a number at least 0; e.g. epsilon=1e-08"),
     ("ema_momentum", 1.5, "ema_momentum=1.5: must be a number in [0, 1); e.g. ema_momentum=0.99996"),
     ("global_clipnorm", "1", "global_clipnorm='1': must be a number at least 0, not str; e.g. global_clipnorm=1.0"),
+    ("weight_decay", float("inf"), "weight_decay=inf: must be a number at least 0; e.g. weight_decay=0.05"),
 ])
 def test_a_setting_adamw_cannot_take_is_refused_by_its_name(tiny_cait, setting, value, line):
     """Keras' AdamW takes a negative decay, and a str from a config fails at the first step."""
     with pytest.raises(ValueError) as refused:
         adamw(tiny_cait(), 1e-3, **{setting: value})
     assert (refused.value.argument, str(refused.value)) == (setting, line)
+
+
+@pytest.mark.parametrize("learning_rate, line", [
+    (-1.0, "learning_rate=-1.0: must be a number of at least 0; e.g. learning_rate=5e-4"),
+    (float("nan"), "learning_rate=nan: must be a number of at least 0; e.g. learning_rate=5e-4"),
+    ("1e-3", "learning_rate='1e-3': must be a number or a schedule, not str; e.g. learning_rate=5e-4, or "
+             "warmup_cosine(5e-4, total_steps, warmup_steps)"),
+])
+def test_a_learning_rate_adamw_cannot_take_is_refused_naming_it(tiny_cait, learning_rate, line):
+    """-1 and nan were taken (the run diverged, or gave nan losses); '1e-3' was Keras' own error."""
+    from keras_cait.errors import ArgumentError
+
+    with pytest.raises(ArgumentError) as refused:
+        adamw(tiny_cait(), learning_rate)
+    assert (refused.value.argument, str(refused.value)) == ("learning_rate", line)
 
 
 def test_decay_set_is_timms_param_groups_weight_decay(tiny_cait):
