@@ -262,13 +262,19 @@ def _adapted(loaded, model, image_size, include_top, pooling, classes, activatio
         adapted = at_resolution(adapted, image_size)
     if not include_top:
         return _features(adapted, pooling, value, shown)
-    own = class_count(adapted) if len(adapted.outputs[0].shape) == 2 else None
+    # A CaiT saved with include_top=False and pooling outputs (batch, width) too: its pooled features, not
+    # class scores (it was taken for a classifier of `width` classes).
+    headless = adapted.layers[-1].name in FEATURE_LAYERS
+    own = class_count(adapted) if len(adapted.outputs[0].shape) == 2 and not headless else None
     if classes is not None and classes != own:
         return with_new_head(adapted, classes, activation, name=adapted.name)
     if own is None:
-        raise ArgumentError("model", value, f"outputs {tuple(adapted.outputs[0].shape)}, not class scores "
-                            "(batch, classes)", ["give a classifier, or ", Named("include_top", False),
-                            " for its features"], shown=shown)
+        raise ArgumentError("model", value, f"outputs {tuple(adapted.outputs[0].shape)}, "
+                            + (f"its {adapted.layers[-1].name} features (it has no head)" if headless else
+                               "not class scores (batch, classes)"),
+                            ["give ", Named("classes", shown="N"), " for a new head, or ", Named("include_top", False),
+                             " for its features"] if headless else
+                            ["give a classifier, or ", Named("include_top", False), " for its features"], shown=shown)
     _check_own_activation(adapted, activation)
     if pooling is not None and pooled_features(adapted).name != f"{pooling}_pool":
         raise ArgumentError("pooling", pooling, f"the model's head reads its {pooled_features(adapted).name}",

@@ -131,10 +131,7 @@ def at_resolution(model, image_size):
                             "top level", "give a CaiT (keras_cait.CaiT_* or load_classifier), not a model that wraps "
                             "one", usage=True, shown=f"<{model.name}>")
     image_size = checked_image_size(image_size, patch_size)
-    if any(weight.path.endswith("/lora_kernel_a") for weight in model.weights):  # enable_lora's
-        raise ArgumentError("model", model, "has LoRA weights, which at_resolution does not carry over",
-                            f"merge them first: at_resolution(merge_lora(model), {image_size}), then enable_lora "
-                            "on the result if training goes on", usage=True, shown=f"<{model.name}>")
+    _check_no_lora(model, "at_resolution", image_size)
     grid = image_size // patch_size
     positions = {layer.name for layer in model.layers if isinstance(layer, PositionEmbedding)}
 
@@ -150,6 +147,15 @@ def at_resolution(model, image_size):
         new.embeddings.assign(resize_position_embedding(embeddings, (grid, grid), old.grid_size))
 
     return _rebuilt(model, resize, {PositionEmbedding: position_embedding})
+
+
+def _check_no_lora(model, rebuilt_by, argument):
+    """A model with enable_lora's weights, which a rebuild by `rebuilt_by` does not carry over, refused
+    naming `model` and how to go on (`argument`: the call's other argument as written)."""
+    if any(weight.path.endswith("/lora_kernel_a") for weight in model.weights):  # enable_lora's
+        raise ArgumentError("model", model, f"has LoRA weights, which {rebuilt_by} does not carry over",
+                            f"merge them first: {rebuilt_by}(merge_lora(model), {argument}), then enable_lora "
+                            "on the result if training goes on", usage=True, shown=f"<{model.name}>")
 
 
 def with_dtype_policy(model, policy):
@@ -172,6 +178,7 @@ def with_dtype_policy(model, policy):
 
     if has_dtype_policy(model, policy):
         return model
+    _check_no_lora(model, "with_dtype_policy", repr(policy))  # was Keras' set_weights count error
     return _rebuilt(model, repolicy)
 
 

@@ -82,6 +82,20 @@ def test_an_image_size_is_blamed_on_image_size_before_anything_is_built(saved, r
     assert (refused.value.argument, refused.value.value, refused.value.usage) == ("image_size", image_size, True)
 
 
+def test_a_headless_file_is_no_classifier_of_its_width(tiny_cait, tmp_path):
+    """A CaiT saved with include_top=False and pooling outputs (batch, width): it was loaded as a
+    classifier of `width` classes."""
+    path = str(tmp_path / "notop.keras")
+    tiny_cait(include_top=False, pooling="token").save(path)
+    with pytest.raises(ArgumentError) as refused:
+        load_classifier(path)
+    assert str(refused.value) == (f"model={path!r}: outputs (None, {TINY_CAIT['embed_dim']}), its token_pool features "
+                                  "(it has no head); give classes=N for a new head, or include_top=False for its "
+                                  "features")
+    assert load_classifier(path, classes=4).output_shape == (None, 4)
+    assert load_classifier(path, include_top=False).output_shape == (None, TINY_CAIT["embed_dim"])
+
+
 def test_a_file_at_another_image_size_is_rebuilt_at_it(saved):
     path, model = saved
 

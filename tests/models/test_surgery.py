@@ -233,6 +233,14 @@ def test_at_resolution_of_a_lora_model_says_to_merge_first(tiny_cait):
     with pytest.raises(ValueError, match=r"^model=<\w+>: has LoRA weights.*at_resolution\(merge_lora\(model\), 64\)"):
         at_resolution(model, 64)
     assert at_resolution(merge_lora(model), 64).input_shape == (None, 64, 64, 3)
+    # with_dtype_policy (load_classifier's dtype=) failed in Keras' set_weights, counting weights.
+    from keras_cait.models import with_dtype_policy
+
+    with pytest.raises(ValueError, match=r"^model=<\w+>: has LoRA weights, which with_dtype_policy does not carry "
+                                         r"over; merge them first: with_dtype_policy\(merge_lora\(model\), "
+                                         r"'mixed_bfloat16'\)"):
+        with_dtype_policy(model, "mixed_bfloat16")
+    assert with_dtype_policy(model, "float32") is model  # nothing to rebuild
 
 
 @pytest.mark.parametrize("kind, policy", [("new_head", "mixed_bfloat16"), ("new_head", "mixed_float16"),
