@@ -76,6 +76,14 @@ class BestModelCheckpoint(keras.callbacks.Callback):
         self.stage = stage
         self.best = None
 
+    def check_fit(self, validation_data):
+        """Refuses a validation metric to monitor without `validation_data`, before `resume.fit` trains (in
+        a plain `model.fit` the first epoch's end says it, a KeyError after an epoch of training)."""
+        if validation_data is None and self.monitor.startswith("val_"):
+            raise ArgumentError("validation_data", None, f"is None, but {type(self).__name__} monitors "
+                                f"{self.monitor!r}, a metric of the validation data",
+                                f"give validation_data, or monitor {self.monitor.removeprefix('val_')!r}", usage=True)
+
     def on_epoch_end(self, epoch, logs=None):
         value = (logs or {}).get(self.monitor)
         if value is None:

@@ -472,14 +472,10 @@ def _checked_plan(model, stream_from, epochs, steps_per_epoch, backup):
 
 
 def _check_validated(callbacks, validation_data):
-    """A `BestModelCheckpoint` of a validation metric without `validation_data` is refused before the first
-    epoch, not at its end (a KeyError after an epoch of training). Keras' own callbacks are left to Keras,
-    which warns and goes on (`EarlyStopping`, `ModelCheckpoint` that saves every epoch)."""
-    from keras_cait.training.callbacks import BestModelCheckpoint  # which imports this module
-
+    """Each callback with a `check_fit(validation_data)` (`BestModelCheckpoint`: a validation metric
+    without validation data) refuses before the first epoch, not at its end. Keras' own callbacks are
+    left to Keras, which warns and goes on (`EarlyStopping`, a `ModelCheckpoint` of every epoch)."""
     for callback in callbacks:
-        monitor = getattr(callback, "monitor", None)
-        if validation_data is None and isinstance(callback, BestModelCheckpoint) and monitor.startswith("val_"):
-            raise ArgumentError("validation_data", None, f"is None, but {type(callback).__name__} monitors "
-                                f"{monitor!r}, a metric of the validation data",
-                                f"give validation_data, or monitor {monitor.removeprefix('val_')!r}", usage=True)
+        check = getattr(callback, "check_fit", None)
+        if callable(check):
+            check(validation_data)
