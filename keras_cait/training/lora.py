@@ -91,24 +91,19 @@ def enable_lora(model, rank, targets=ATTENTION_PROJECTIONS, alpha=None):
                              Named("targets"), " out for every attention projection"], usage=True)
     check_has_head(model)
     if HEAD_NAME in targets:
-        raise ValueError(
-            f"targets={targets}: the head '{HEAD_NAME}' is trained in full, not through LoRA; "
-            f"leave it out, e.g. targets={ATTENTION_PROJECTIONS}."
-        )
+        raise ArgumentError("targets", given, f"the head '{HEAD_NAME}' is trained in full, not through LoRA",
+                            ["leave it out, e.g. ", Named("targets", ATTENTION_PROJECTIONS)], usage=True)
     layers = _sublayers(model)
     dense_names = sorted({l.name for l in layers if isinstance(l, keras.layers.Dense)} - {HEAD_NAME})
     unknown = [name for name in targets if name not in dense_names]
     if unknown or not targets:
-        raise ValueError(
-            f"targets={targets}: {unknown or 'empty'} names no Dense layer of '{model.name}'; "
-            f"choose among {dense_names}."
-        )
+        raise ArgumentError("targets", given, f"{unknown or 'empty'} names no Dense layer of '{model.name}'",
+                            f"choose among {dense_names}", usage=True)
     adapted = [layer for layer in layers if isinstance(layer, keras.layers.Dense) and layer.name in targets]
     for layer in adapted:  # all checked before any is changed: a refused call leaves the model as it was
         if layer.lora_enabled:
-            raise ValueError(
-                f"'{layer.path}' already has LoRA; call enable_lora once per model."
-            )
+            raise ArgumentError("model", model, f"'{layer.path}' already has LoRA", "call enable_lora once per "
+                                "model", usage=True, shown=f"<{model.name}>")
     for layer in adapted:
         layer.enable_lora(rank, lora_alpha=alpha)
     head = model.get_layer(HEAD_NAME)

@@ -131,10 +131,9 @@ def adamw(
     """
     check_model_object(model, "adamw")
     if not model.weights:
-        raise ValueError(
-            f"adamw: the model '{model.name}' has no variables yet; build it first "
-            "(call it on a batch or give its input shape)."
-        )
+        raise ArgumentError("model", model, "has no variables yet, so adamw cannot tell which to decay",
+                            "build it first: call it on a batch, or give it an input shape", usage=True,
+                            shown=f"<{model.name}>")
     _check_settings(weight_decay=(weight_decay, 0, None, WEIGHT_DECAY), beta_1=(beta_1, 0, 1, DEIT.opt_betas[0]),
                     beta_2=(beta_2, 0, 1, DEIT.opt_betas[1]), epsilon=(epsilon, 0, None, EPSILON),
                     ema_momentum=(ema_momentum, 0, 1, EMA_MOMENTUM))

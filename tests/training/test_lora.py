@@ -4,6 +4,7 @@ import keras
 import numpy as np
 import pytest
 
+from keras_cait.errors import ArgumentError
 from keras_cait.training import with_new_head
 from keras_cait.training.lora import enable_lora, lora_weights, merge_lora
 
@@ -76,14 +77,18 @@ def test_bad_lora_arguments_are_refused_with_the_fix(tiny_cait):
 
     with pytest.raises(ValueError, match=r"rank=0: must be a positive integer"):
         enable_lora(model(), rank=0)
-    with pytest.raises(ValueError, match=r"\['attn'\] names no Dense layer.*choose among \[.*'qkv'"):
+    # These three were bare ValueErrors, which `except ArgumentError` missed.
+    with pytest.raises(ArgumentError, match=r"^targets=\('qkv', 'attn'\): \['attn'\] names no Dense layer of '\w+'; "
+                                            r"choose among \[.*'qkv'") as refused:
         enable_lora(model(), rank=4, targets=("qkv", "attn"))
-    with pytest.raises(ValueError, match="head 'predictions' is trained in full"):
+    assert refused.value.argument == "targets"
+    with pytest.raises(ArgumentError, match=r"^targets=\('qkv', 'predictions'\): the head 'predictions' is trained in "
+                                            r"full, not through LoRA; leave it out, e\.g\. targets="):
         enable_lora(model(), rank=4, targets=("qkv", "predictions"))
     with pytest.raises(ValueError, match="has no head layer 'predictions'"):
         enable_lora(tiny_cait(include_top=False, pooling="token"), rank=4)
     twice = enable_lora(model(), rank=4)
-    with pytest.raises(ValueError, match="already has LoRA"):
+    with pytest.raises(ArgumentError, match=r"^model=<\w+>: '.*' already has LoRA; call enable_lora once per model$"):
         enable_lora(twice, rank=4)
 
 

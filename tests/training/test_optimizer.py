@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import keras_cait
+from keras_cait.errors import ArgumentError
 from keras_cait.training import adamw, weight_decay_exclusions, with_new_head
 
 # Every variable of build_cait(depth=1, class_attention_depth=1), by what AdamW does with it.
@@ -133,7 +134,8 @@ def test_deit_defaults_and_unbuilt_model_error():
     assert optimizer.weight_decay == 0.05
     assert optimizer.epsilon == 1e-8
     assert optimizer.use_ema and optimizer.ema_momentum == 0.99996
-    with pytest.raises(ValueError, match="no variables yet; build it first"):
+    with pytest.raises(ArgumentError, match=r"^model=<\w+>: has no variables yet, so adamw cannot tell which to "
+                                            r"decay; build it first"):
         adamw(keras.Sequential([keras.layers.Dense(2)]), 1e-3)
 
 
