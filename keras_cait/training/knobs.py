@@ -14,6 +14,8 @@ import math
 import numbers
 import os
 
+import numpy
+
 from keras_cait.io import atomic
 from keras_cait.errors import ArgumentError, Named, quietly_caused
 
@@ -230,7 +232,8 @@ def out_of_range(field, value, example=None):
 
 
 # What a knob's value may be, by the type its field declares (None: a knob off, e.g. clip_grad).
-_TYPES = {int: ("an integer", numbers.Integral), float: ("a number", numbers.Real), bool: ("True or False", bool),
+_TYPES = {int: ("an integer", numbers.Integral), float: ("a number", numbers.Real),
+          bool: ("True or False", (bool, numpy.bool_)),  # numpy's too, as `errors.checked_bool` takes them
           str: ("a string", str)}
 
 

@@ -143,6 +143,7 @@ def test_replace_save_load_and_differences_name_the_knobs(tmp_path):
     numpy_made = recipe.replace(epochs=np.int64(10), lr=np.float32(0.5), opt_betas=(np.float64(0.8), 0.99))
     assert type(numpy_made.epochs) is int and type(numpy_made.lr) is float
     assert [type(beta) for beta in numpy_made.opt_betas] == [float, float]
+    assert recipe.replace(model_ema=np.bool_(False)).model_ema is False  # was "must be True or False, not bool"
     assert numpy_made == recipe.replace(epochs=10, lr=0.5)
     numpy_made.save(path, "deit")  # JSON takes it
     assert Recipe.load(path) == numpy_made
