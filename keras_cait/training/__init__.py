@@ -5,7 +5,8 @@ The runs that put them together are `keras_cait.training.run` (`train`, `finetun
 finetune | evaluate` call; it reads data with tf.data, so it is imported on its own:
 `from keras_cait.training import run`.
 
-    recipe.Recipe, RECIPES    every knob of a run in one object; the named recipes (deit, deit-highres, transfer, demo)
+    recipe.Recipe, RECIPES    every knob of a run in one object; the named recipes (deit, deit-highres, transfer,
+                              scratch; demo its former name)
     optimizer.adamw           AdamW, weight decay 0.05 off biases/norms/LayerScale/pos_embed/cls_token
     schedule.EpochCosine      timm's CosineLRScheduler per epoch; scaled_learning_rate: 5e-4 × batch / 512
     schedule.warmup_cosine    a per-step warmup + cosine for short runs
