@@ -2,12 +2,11 @@
 
 import numbers
 
-import keras
-
 from keras_cait.deprecation import renamed_keywords
 from keras_cait.errors import ArgumentError, checked_bool, checked_number
 from keras_cait.layers import ClassToken, PositionEmbedding
 from keras_cait.models.surgery import check_model_object
+from keras_cait.optimizers import AdamW
 from keras_cait.training.knobs import DEIT
 
 # The defaults are DeiT's recipe (keras_cait.training.knobs holds its values).
@@ -58,33 +57,6 @@ def weight_decay_exclusions(model):
         if isinstance(layer, (PositionEmbedding, ClassToken)):
             excluded.extend(layer.weights)
     return excluded
-
-
-@keras.saving.register_keras_serializable(package="keras_cait")
-class AdamW(keras.optimizers.AdamW):
-    """Keras' AdamW that keeps the variables it does not decay in its config, by their paths.
-
-    Keras' `exclude_from_weight_decay(var_list=...)` holds the variables themselves, which a saved
-    optimizer does not keep: a model compiled with `adamw`, saved with `model.save` and loaded back
-    decayed its biases, norms, LayerScale gammas and position embedding from then on, silently.
-    `excluded_paths`: the `variable.path` of each variable not to decay (`adamw` gives them).
-    """
-
-    def __init__(self, *args, excluded_paths=(), **kwargs):
-        super().__init__(*args, **kwargs)
-        self.excluded_paths = sorted(excluded_paths)
-        self._excluded = set(self.excluded_paths)
-
-    def build(self, var_list):
-        # The variables of `excluded_paths` join those `exclude_from_weight_decay` was given (none in a
-        # loaded optimizer), before Keras' build, after which the exclusions are fixed.
-        given = getattr(self, "_exclude_from_weight_decay", set())
-        self.exclude_from_weight_decay(var_list=[variable for variable in var_list if variable.path in self._excluded])
-        self._exclude_from_weight_decay |= given
-        super().build(var_list)
-
-    def get_config(self):
-        return {**super().get_config(), "excluded_paths": self.excluded_paths}
 
 
 @renamed_keywords(clipnorm=("global_clipnorm", "one norm over all the gradients, as timm's --clip-grad; "
