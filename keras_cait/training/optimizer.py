@@ -113,9 +113,8 @@ def adamw(
         _check_settings(global_clipnorm=(global_clipnorm, 0, None, 1.0))
     _check_learning_rate(learning_rate)
     use_ema = checked_bool("use_ema", use_ema, "True (keep an average of the weights) or False")
-    excluded = weight_decay_exclusions(model)
     optimizer = AdamW(
-        excluded_paths=[variable.path for variable in excluded],
+        excluded_paths=[variable.path for variable in weight_decay_exclusions(model)],
         learning_rate=learning_rate,
         weight_decay=weight_decay,
         beta_1=beta_1,
@@ -125,5 +124,4 @@ def adamw(
         use_ema=use_ema,
         ema_momentum=ema_momentum,
     )
-    optimizer.exclude_from_weight_decay(var_list=excluded)
-    return optimizer
+    return optimizer  # its build excludes them by path, the same whether made here or loaded
