@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_cait.layers.initializers import linear_kernel
+from keras_cait.layers.quantization import sublayer_policy, with_quantized_sublayers
 from keras_cait.layers.trainable import sublayers_follow
 
 
@@ -56,7 +57,7 @@ class ClassAttention(keras.layers.Layer):
                 use_bias=self.qkv_bias,
                 kernel_initializer=linear_kernel(),
                 name=name,
-                dtype=self.dtype_policy,
+                dtype=sublayer_policy(self, name),
             )
             dense.build(input_shape)
             setattr(self, name, dense)
@@ -64,7 +65,7 @@ class ClassAttention(keras.layers.Layer):
             channels,
             kernel_initializer=linear_kernel(),
             name="output_projection",
-            dtype=self.dtype_policy,
+            dtype=sublayer_policy(self, "output_projection"),
         )
         self.output_projection.build(input_shape)
         sublayers_follow(self)
@@ -97,8 +98,8 @@ class ClassAttention(keras.layers.Layer):
         return (input_shape[0], 1, input_shape[-1])
 
     def get_config(self):
-        return {
+        return with_quantized_sublayers(self, {
             **super().get_config(),
             "num_heads": self.num_heads,
             "qkv_bias": self.qkv_bias,
-        }
+        })

@@ -6,6 +6,7 @@ import keras
 from keras import ops
 
 from keras_cait.layers.initializers import linear_kernel
+from keras_cait.layers.quantization import sublayer_policy, with_quantized_sublayers
 from keras_cait.layers.trainable import sublayers_follow
 
 FUSED_ATTENTION_VARIABLE = "KERAS_CAIT_FUSED_ATTENTION"
@@ -83,25 +84,25 @@ class TalkingHeadsAttention(keras.layers.Layer):
             use_bias=self.qkv_bias,
             kernel_initializer=linear_kernel(),
             name="qkv",
-            dtype=self.dtype_policy,
+            dtype=sublayer_policy(self, "qkv"),
         )
         self.pre_softmax_head_mix = keras.layers.Dense(
             heads,
             kernel_initializer=linear_kernel(),
             name="pre_softmax_head_mix",
-            dtype=self.dtype_policy,
+            dtype=sublayer_policy(self, "pre_softmax_head_mix"),
         )
         self.post_softmax_head_mix = keras.layers.Dense(
             heads,
             kernel_initializer=linear_kernel(),
             name="post_softmax_head_mix",
-            dtype=self.dtype_policy,
+            dtype=sublayer_policy(self, "post_softmax_head_mix"),
         )
         self.output_projection = keras.layers.Dense(
             channels,
             kernel_initializer=linear_kernel(),
             name="output_projection",
-            dtype=self.dtype_policy,
+            dtype=sublayer_policy(self, "output_projection"),
         )
         self.qkv.build(input_shape)
         self.pre_softmax_head_mix.build((None, heads))
@@ -199,12 +200,12 @@ class TalkingHeadsAttention(keras.layers.Layer):
         return input_shape
 
     def get_config(self):
-        return {
+        return with_quantized_sublayers(self, {
             **super().get_config(),
             "num_heads": self.num_heads,
             "qkv_bias": self.qkv_bias,
             "fused_attention": self.fused_attention,
-        }
+        })
 
 
 TalkingHeads = TalkingHeadsAttention

@@ -10,6 +10,7 @@ from keras import ops
 
 from keras_cait.layers import ClassAttention, LayerScale, StochasticDepth, TalkingHeadsAttention
 from keras_cait.layers.initializers import linear_kernel
+from keras_cait.layers.quantization import sublayer_policy, with_quantized_sublayers
 from keras_cait.layers.trainable import sublayers_follow
 from keras_cait.models import precision
 
@@ -83,10 +84,11 @@ class _ResidualBlock(keras.layers.Layer):
             int(channels * self.mlp_ratio),
             kernel_initializer=linear_kernel(),
             name="mlp_dense_1",
-            dtype=policy,
+            dtype=sublayer_policy(self, "mlp_dense_1"),
         )
         self.mlp_dense_2 = keras.layers.Dense(
-            channels, kernel_initializer=linear_kernel(), name="mlp_dense_2", dtype=policy
+            channels, kernel_initializer=linear_kernel(), name="mlp_dense_2",
+            dtype=sublayer_policy(self, "mlp_dense_2"),
         )
         self.mlp_layer_scale = LayerScale(
             self.init_values, name="mlp_layer_scale", dtype=stream_policy
@@ -119,14 +121,14 @@ class _ResidualBlock(keras.layers.Layer):
         return x + self.stochastic_depth(self.mlp_layer_scale(branch), training=training)
 
     def get_config(self):
-        return {
+        return with_quantized_sublayers(self, {
             **super().get_config(),
             "num_heads": self.num_heads,
             "mlp_ratio": self.mlp_ratio,
             "init_values": self.init_values,
             "drop_path_rate": self.drop_path_rate,
             "qkv_bias": self.qkv_bias,
-        }
+        })
 
 
 @keras.saving.register_keras_serializable(package="keras_cait")

@@ -179,6 +179,13 @@ def with_dtype_policy(model, policy):
     if has_dtype_policy(model, policy):
         return model
     _check_no_lora(model, "with_dtype_policy", repr(policy))  # was Keras' set_weights count error
+    quantized = sorted({layer.quantization_mode for layer in model._flatten_layers() if layer.quantization_mode})
+    if quantized:  # its int8 kernels hold no float32 weights to compute in `policy` from (Keras' count error)
+        raise ArgumentError("model", model, f"is quantized ({', '.join(quantized)}: model.quantize), and its "
+                            f"quantized kernels cannot compute under {policy!r}",
+                            f"change the float model's policy, then quantize the result: model = "
+                            f"with_dtype_policy(float_model, {policy!r}); model.quantize({quantized[0]!r})",
+                            usage=True, shown=f"<{model.name}>")
     return _rebuilt(model, repolicy)
 
 
@@ -230,9 +237,20 @@ def _rebuilt(model, edit, copy_weights=None):
         if copy:
             copy(old, new)
         else:
-            new.set_weights(old.get_weights())
+            _copy_weights(old, new)
         new.trainable = old.trainable
     return rebuilt
+
+
+def _copy_weights(old, new):
+    """`new`'s weights set to those of `old` of the same path: a layer that `model.quantize` made float8
+    after it was built orders its variables otherwise than one built quantized from its config."""
+    weights = {weight.path: weight for weight in old.weights}
+    if sorted(weights) != sorted(weight.path for weight in new.weights):
+        new.set_weights(old.get_weights())
+        return
+    for weight in new.weights:
+        weight.assign(weights[weight.path])
 
 
 def _copied(config, model):
