@@ -54,13 +54,13 @@ def _classes(model):
         return None
 
 
-def _check_same_classes(student, teacher):
+def _check_same_classes(student, teacher, model=None):
     if student is not None and teacher is not None and student != teacher:
-        raise ValueError(
-            f"The teacher gives {teacher} class scores and the student {student}: distillation "
-            "compares them class by class. Give a teacher for the same classes (e.g. fine-tune "
-            f"its head to these {student} classes first), or distillation_type='none'."
-        )
+        shown = f"<model {model.name!r}>" if isinstance(model, keras.Model) else "<teacher>"
+        raise ArgumentError("teacher", None, f"gives {teacher} class scores and the student {student}: distillation "
+                            "compares them class by class", ["give a teacher for the same classes (e.g. fine-tune "
+                            f"its head to these {student} classes first), or ", Named("distillation_type", "none")],
+                            usage=True, shown=shown)
 
 
 class Distiller(keras.Model):
@@ -117,7 +117,7 @@ class Distiller(keras.Model):
             raise ArgumentError("teacher_preprocessing", teacher_preprocessing, "must be a function of the student's "
                                 f"input batch, not a {type(teacher_preprocessing).__name__}",
                                 "e.g. lambda images: keras.ops.image.resize(images, (299, 299)), or None", usage=True)
-        _check_same_classes(_classes(student), _classes(teacher))
+        _check_same_classes(_classes(student), _classes(teacher), teacher)
         self.student = student
         self.teacher = teacher
         self.teacher.trainable = False
@@ -145,7 +145,7 @@ class Distiller(keras.Model):
             return base  # DeiT evaluates with the plain cross-entropy
         teacher_inputs = x if self.teacher_preprocessing is None else self.teacher_preprocessing(x)
         teacher = ops.stop_gradient(self.teacher(teacher_inputs, training=False))
-        _check_same_classes(y_pred.shape[-1], teacher.shape[-1])  # a teacher of unknown output
+        _check_same_classes(y_pred.shape[-1], teacher.shape[-1], self.teacher)  # a teacher of unknown output
         term = distillation_term(
             y_pred, teacher, self.distillation_type, self.tau,
             self.student_from_logits, self.teacher_from_logits,

@@ -157,6 +157,8 @@ def _said_at_verbose(run_function):
         try:
             verbose = signature.bind(*args, **kwargs).arguments.get("verbose", signature.parameters["verbose"].default)
         except TypeError:  # arguments the function refuses itself, as Python does
+            verbose = None
+        if verbose is None:  # out of the except: Python's own TypeError alone, not chained to bind's
             _refuse_knobs_as_arguments(run_function, signature, kwargs)
             return run_function(*args, **kwargs)
         if isinstance(verbose, bool) or verbose not in VERBOSE:

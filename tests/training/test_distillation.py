@@ -12,6 +12,7 @@ import keras
 import numpy as np
 import pytest
 
+from keras_cait.errors import ArgumentError
 from keras_cait.training import adamw
 from keras_cait.training.distillation import Distiller
 
@@ -165,8 +166,13 @@ def test_a_setting_from_a_config_is_refused_naming_it(setting, message):
 def test_a_teacher_of_another_class_count_is_refused_naming_both(tiny_cait, teacher_classes):
     student = tiny_cait(classes=5)
 
-    with pytest.raises(ValueError, match=f"teacher gives {teacher_classes} class scores and the student 5"):
-        Distiller(student, tiny_cait(classes=teacher_classes), "soft")
+    teacher = tiny_cait(classes=teacher_classes)
+    with pytest.raises(ArgumentError) as raised:
+        Distiller(student, teacher, "soft")
+
+    assert raised.value.argument == "teacher"  # a bare ValueError before, naming no argument
+    assert str(raised.value).startswith(f"teacher=<model {teacher.name!r}>: gives {teacher_classes} class scores and "
+                                        "the student 5: distillation compares them class by class; give a teacher")
 
 
 def test_saving_a_distiller_is_refused_before_a_file_is_written_and_says_what_to_save(tiny_cait, tmp_path):

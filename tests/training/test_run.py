@@ -763,6 +763,8 @@ def test_a_recipe_s_knob_typed_as_an_argument_says_where_it_goes(command, defaul
         getattr(run, command)("XXS24", tmp_path, tmp_path / "run", epochs=1)
     assert str(raised.value) == (f"{command}() got an unexpected keyword argument 'epochs': epochs is a knob of the "
                                  f"recipe; give recipe=RECIPES[{default!r}].replace(epochs=1), or another recipe with it")
-    with pytest.raises(TypeError, match=r"unexpected keyword argument 'epocs'$"):  # not a knob: Python's own
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'epocs'$") as raised:  # not a knob: Python's
         getattr(run, command)("XXS24", tmp_path, tmp_path / "run", epocs=1)
+    # Python's own error alone: not chained to the same TypeError of the verbose check's bind
+    assert raised.value.__context__ is None and raised.value.__cause__ is None
     assert not (tmp_path / "run").exists()
