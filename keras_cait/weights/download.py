@@ -5,7 +5,8 @@ The cache holds timm's `model.safetensors` itself, as the Hugging Face cache doe
 `cache_dir()` as `<arch>.fb_dist_in1k.safetensors`; every load puts it into the model through
 timm's key map. Nothing unverified or half-done ever reaches the cache: the download goes to a
 temporary file beside it, is checked (sha256, size, then exact keys and shapes as it loads into
-the model) and only then renamed into place. The sha256 is the pinned one, else the one the hub
+the model) and only then renamed into place, its sha256 recorded beside it (`.<name>.sha256`), which
+every later load checks it against, as the Hugging Face cache's loads do. The sha256 is the pinned one, else the one the hub
 itself sends before the redirect to its CDN; without either nothing is downloaded.
 
 Every download is bounded: it stops within one byte of the size the server
@@ -319,11 +320,45 @@ def _usable_cache(path):
 
 
 def remove_entry(path):
-    """Removes a cache entry, whatever it is (a file, a link, a folder)."""
+    """Removes a cache entry, whatever it is (a file, a link, a folder), and its recorded sha256."""
     if os.path.isdir(path) and not os.path.islink(path):
         shutil.rmtree(path)
     else:
         os.remove(path)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(_digest_path(path))
+
+
+def _digest_path(target):
+    directory, name = os.path.split(target)
+    return os.path.join(directory, f".{name}.sha256")
+
+
+def _record_digest(target):
+    """Writes the sha256 of the verified cache entry `target` beside it (`.<name>.sha256`)."""
+    atomic.write_text(_digest_path(target), hf_cache.sha256_of(target) + "\n")
+
+
+def _intact(target, arch):
+    """Whether the cached `target` holds the bytes verified when it was downloaded: its pinned sha256,
+    else the one recorded beside it then. An entry that has changed since is removed (said). One
+    cached by an earlier keras_cait, which recorded none, was verified as it came: recorded now."""
+    try:
+        with open(_digest_path(target)) as file:
+            recorded = file.read().strip()
+    except (OSError, ValueError):
+        recorded = None
+    expected = registry.CHECKPOINTS[arch]["sha256"] or recorded
+    actual = hf_cache.sha256_of(target)
+    if expected is None:
+        _record_digest(target)
+        return True
+    if actual == expected:
+        return True
+    warnings.warn(f"The cached weights {target} have changed since they were verified (sha256 {actual}, not "
+                  f"{expected}); removing them and downloading again.", stacklevel=3)
+    remove_entry(target)
+    return False
 
 
 def _lock_path(target):
@@ -421,7 +456,7 @@ def with_imagenet_checkpoint(arch, max_bytes, load):
     if huggingface_hub is not None:
         return load(*hf_cache.checkpoint(huggingface_hub, arch))
     target = cache_entry(arch)
-    if _usable_cache(target):
+    if _usable_cache(target) and _intact(target, arch):
         try:
             return load(target, f"cached file {target}")
         except ValueError as error:
@@ -430,8 +465,10 @@ def with_imagenet_checkpoint(arch, max_bytes, load):
             remove_entry(target)
     _writable_cache(cache_dir(), arch)
     with one_download_at_a_time(target):
-        if _usable_cache(target):  # another process filled it while this one waited
+        if _usable_cache(target) and _intact(target, arch):  # another process filled it while this one waited
             return load(target, f"cached file {target}")
         with atomic.written_atomically(target) as partial:
             url = download(arch, partial, max_bytes=max_bytes)
-            return load(partial, f"file downloaded from {url}")
+            loaded = load(partial, f"file downloaded from {url}")
+        _record_digest(target)  # what a later load checks the entry against (`_intact`)
+        return loaded

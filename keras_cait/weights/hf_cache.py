@@ -132,7 +132,8 @@ def repo_id(arch):
     return f"timm/{arch}.{registry.TAG}"
 
 
-def _sha256_of(path):
+def sha256_of(path):
+    """The sha256 of the file at `path`, as hex."""
     sha256 = hashlib.sha256()
     with open(path, "rb") as file:
         while chunk := file.read(_CHUNK):
@@ -187,7 +188,7 @@ def verify(huggingface_hub, arch, snapshot_path):
     blob = os.path.realpath(snapshot_path)
     name = os.path.basename(blob)
     blob_sha256 = name if blob != os.path.abspath(snapshot_path) and _SHA256.fullmatch(name) else None
-    actual = _sha256_of(blob)
+    actual = sha256_of(blob)
     if blob_sha256 is not None and actual != blob_sha256:
         failed = _remove(snapshot_path, blob)
         removed = (f"It could not be removed: {failed}; delete it yourself" if failed

@@ -223,6 +223,40 @@ def test_a_cache_entry_that_does_not_fit_is_downloaded_again(hub, keras_cache, t
     assert cached_files(keras_cache) == [f"{ARCH}.{TAG}.safetensors"]
 
 
+@pytest.mark.large
+@pytest.mark.parametrize("recorded", [True, False])
+def test_a_cache_entry_changed_since_it_was_verified_is_downloaded_again(hub, keras_cache, timm_reference,
+                                                                         monkeypatch, recorded):
+    """Only the header, keys and shapes of a cached file were checked as it loaded: another file of the
+    same keys and shapes put there loaded silently. Its sha256 is checked now: the one recorded at its
+    download, or the pinned one."""
+    import hashlib
+
+    from keras_cait.weights.registry import CHECKPOINTS
+
+    reference = timm_reference.model(ARCH)
+    body = timm_reference.save(reference).read_bytes()
+    if not recorded:  # an entry an earlier keras_cait cached, without a record, of a pinned variant
+        monkeypatch.setitem(CHECKPOINTS[ARCH], "sha256", hashlib.sha256(body).hexdigest())
+    hub.serve_via_cdn(ARCH, body, hub_headers(body))
+    cached = os.path.join(keras_cache, f"{ARCH}.{TAG}.safetensors")
+    record = os.path.join(keras_cache, f".{ARCH}.{TAG}.safetensors.sha256")
+    keras_cait.CaiT_XXS24(weights="imagenet", input_shape=(384, 384, 3))
+    assert open(record).read().strip() == hashlib.sha256(body).hexdigest()
+    shutil.copy(timm_reference.save(timm_reference.model(ARCH, seed=1), "other.safetensors"), cached)  # same keys
+    if not recorded:
+        os.remove(record)
+
+    with pytest.warns(UserWarning, match=f"{cached} have changed since they were verified"):
+        model = keras_cait.CaiT_XXS24(weights="imagenet", input_shape=(384, 384, 3), classifier_activation=None)
+
+    assert [request for request in hub.requests if not request.startswith("/cdn/")] == [Hub.path(ARCH)] * 2
+    images = timm_reference.images(1, 384)
+    expected, _ = timm_reference.outputs(reference, images)
+    timm_reference.assert_matches(logits(model, images), expected, "logits")
+    assert open(record).read().strip() == hashlib.sha256(body).hexdigest()
+
+
 def test_a_read_only_cache_names_keras_home(keras_cache, monkeypatch):
     """keras_cait's own cache (no huggingface_hub, or KERAS_CAIT_HUB_URL set)."""
     monkeypatch.setenv(HUB_URL_ENV, "http://127.0.0.1:9")
