@@ -133,13 +133,23 @@ RECIPE_FILENAME = "recipe.json"
 
 
 LEGACY_SOURCE = "<ImageSource>"  # how run.json recorded any ImageSource before `run_data.recorded_source`
+# How run.json recorded a Keras model before `run_data.recorded_model`: "<model NAME>", no weights.
+LEGACY_MODEL = re.compile(r"<model [^,<>]*>")
 
 
 def _legacy_sources_kept(saved, settings):
-    """`saved` with each ImageSource that an older run.json recorded as "<ImageSource>" (which says
-    nothing of which it was) taken as the source given now, so that such a run still resumes."""
-    return {key: settings[key] if value == LEGACY_SOURCE and str(settings.get(key, "")).startswith("<ImageSource")
-            else value for key, value in saved.items()}
+    """`saved` with each ImageSource that an older run.json recorded as "<ImageSource>", and each
+    Keras model it recorded by its name alone (which say nothing of which it was), taken as the one
+    given now (a model of that name), so that such a run still resumes."""
+    def kept(key, value):
+        now = str(settings.get(key, ""))
+        if value == LEGACY_SOURCE and now.startswith("<ImageSource"):
+            return settings[key]
+        if isinstance(value, str) and LEGACY_MODEL.fullmatch(value) and now.startswith(f"{value[:-1]}, weights "):
+            return settings[key]
+        return value
+
+    return {key: kept(key, value) for key, value in saved.items()}
 
 
 def _recipe_differences(output_dir, recipe):

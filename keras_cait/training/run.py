@@ -280,7 +280,8 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
 
     Args:
         model: a variant name ("XXS24", "cait_xxs24_384") with `weights` ("imagenet", None or a
-            file), or the path of a .keras model.
+            file), the path of a .keras model, or a Keras model (a CaiT), which the run trains as
+            a copy: yours stays as it is, and the run record knows it by its weights.
         data, val_data: as in `train`; without `val_data`, `val_fraction` of `data` is held out
             (default 0.1; 0: no validation), about that part of each class and never a class's
             last image, so each class needs 2 images or more; with `val_data`, `val_fraction`

@@ -7,10 +7,12 @@ name; a class of 1 image is refused where a validation fraction is held out.
 """
 
 import dataclasses
+import hashlib
 import numbers
 import os
 
 import keras
+import numpy
 
 from keras_cait.errors import Named
 from keras_cait.errors import listed
@@ -37,8 +39,19 @@ def given(value):
     if isinstance(value, sources.ImageSource):
         return recorded_source(value)
     if isinstance(value, keras.Model):
-        return f"<model {value.name}>"
+        return recorded_model(value)
     return value
+
+
+def recorded_model(model):
+    """A Keras model as run.json keeps it: by its name and a digest of its weights, so that a rerun
+    given another model is told from one given the same (each was "<model NAME>", and another model of
+    that name resumed the run from the first one's backup, or was handed its result)."""
+    digest = hashlib.sha256()
+    for weight in model.weights:
+        digest.update(weight.path.encode())
+        digest.update(numpy.ascontiguousarray(keras.ops.convert_to_numpy(weight)).tobytes())
+    return f"<model {model.name}, weights {digest.hexdigest()[:16]}>"
 
 
 def recorded_source(source):

@@ -17,6 +17,7 @@ from keras_cait.models.architecture import (
 )
 from keras_cait.models.class_names import class_count
 from keras_cait.models.loader import image_side, is_keras_file, load_classifier, read_keras_file
+from keras_cait.models.surgery import merge_lora
 from keras_cait.training import transfer
 from keras_cait.training.distillation import Distiller
 from keras_cait.training.knobs import in_recipe
@@ -172,6 +173,11 @@ def new_model(model, recipe, image_size, classes, precision):
                 drop_path_rate=recipe.drop_path)
 
 
+def _shares_layers(model, other):
+    theirs = {id(layer) for layer in other._flatten_layers()}
+    return any(id(layer) in theirs for layer in model._flatten_layers())
+
+
 def classifier(model, weights, recipe, image_size, precision, class_names):
     """The model to fine-tune, named `class_names`, from `load`: the loaded one with its own head when
     it predicts that many classes and the recipe keeps heads (deit-highres, as DeiT's --finetune),
@@ -180,6 +186,11 @@ def classifier(model, weights, recipe, image_size, precision, class_names):
     loaded = load(model, weights=weights, image_size=image_size, include_top=recipe.keep_head,
                   pooling="token" if named and not recipe.keep_head else None, dtype=precision,
                   drop_path_rate=recipe.drop_path)
+    if isinstance(model, keras.Model) and _shares_layers(loaded, model):
+        # The run trains a copy (merge_lora copies a model without LoRA as it is): the caller's model,
+        # and so the run record's digest of it (`run_data.recorded_model`), stay as given, and the
+        # same call again resumes the run.
+        loaded = merge_lora(loaded)
     if recipe.keep_head and loaded.output_shape[-1] == len(class_names) and transfer.HEAD_NAME in [
         layer.name for layer in loaded.layers
     ]:

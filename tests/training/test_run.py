@@ -151,6 +151,37 @@ def test_a_head_only_run_returns_and_saves_a_model_whose_backbone_trains(tiny_ru
         assert len(keras.models.load_model(tmp_path / "run" / name).trainable_weights) == every, name
 
 
+def test_a_model_given_as_an_object_is_trained_as_a_copy_and_told_from_another_by_its_weights(
+        tiny_cait, digits, tmp_path, policy):
+    """A run.json recorded a Keras model as "<model NAME>": another model of that name was handed the
+    first one's result as "finished earlier with the same settings" (or resumed from its backup). The
+    run trained the caller's model in place, too, so its record could not be kept by its weights."""
+    data_dir = digits(tmp_path / "digits", per_class=3, classes=range(3))
+    given, other = tiny_cait(classes=3), tiny_cait(classes=3)
+    other.set_weights([weight + 1 for weight in other.get_weights()])
+    weights = [np.array(weight) for weight in given.get_weights()]
+    # The model's own drop_path_rate and policy: a run that rebuilt nothing trained the caller's model in place.
+    recipe = RECIPES["transfer"].replace(batch_size=9, head_epochs=1, epochs=1, drop_path=0.0)
+    options = dict(recipe=recipe, precision="float32", val_fraction=0, verbose=0, jit_compile=False)
+
+    first = run.finetune(given, data_dir, tmp_path / "run", **options)
+    for before, after in zip(weights, given.get_weights()):
+        np.testing.assert_array_equal(after, before)  # the caller's model as given
+    assert not any(layer is mine for layer in first.model._flatten_layers() for mine in given._flatten_layers())
+    recorded = json.loads((tmp_path / "run" / "run.json").read_text())["settings"]["model"]
+    assert recorded.startswith(f"<model {given.name}, weights ")
+
+    assert run.finetune(given, data_dir, tmp_path / "run", **options).summary["finished_earlier"]
+    with pytest.raises(run.resume.BackupError, match=r"holds a run with other settings \(model .*weights"):
+        run.finetune(other, data_dir, tmp_path / "run", **options)
+
+    # A run.json of an earlier keras_cait, which recorded the model by its name alone, still resumes.
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    record["settings"]["model"] = f"<model {given.name}>"
+    (tmp_path / "run" / "run.json").write_text(json.dumps(record))
+    assert run.finetune(given, data_dir, tmp_path / "run", **options).summary["finished_earlier"]
+
+
 @pytest.mark.parametrize("changes, argument, words", [
     (dict(batch_size=64), "recipe.batch_size", "recipe.batch_size=64: the global batch of 64 is larger than the 30 "
                                                "training images"),
