@@ -19,11 +19,20 @@ def check_precision(precision, auto=False):
 
 def resolved_precision(precision):
     """`precision` (checked), with "auto" resolved by `default_precision` and said."""
-    if precision != "auto":
-        return precision
-    precision, why = default_precision()
-    say(f"Precision {precision} ({why}; ", Named("precision"), " chooses another).")
+    precision, why = chosen_precision(precision)
+    say_chosen(precision, why)
     return precision
+
+
+def chosen_precision(precision):
+    """(`precision`, None) for a policy given; for "auto", `default_precision()`'s (policy, why),
+    said by `say_chosen` once nothing can refuse the run any more."""
+    return (precision, None) if precision != "auto" else default_precision()
+
+
+def say_chosen(precision, why):
+    if why is not None:
+        say(f"Precision {precision} ({why}; ", Named("precision"), " chooses another).")
 
 
 def default_precision(gpus=None, cpu_flags=None):

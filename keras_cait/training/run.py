@@ -67,7 +67,14 @@ from keras_cait.training import (
 )
 from keras_cait.training.callbacks import save_model
 from keras_cait.training.knobs import knobs
-from keras_cait.training.precision import PRECISIONS, check_precision, default_precision, resolved_precision
+from keras_cait.training.precision import (
+    PRECISIONS,
+    check_precision,
+    chosen_precision,
+    default_precision,
+    resolved_precision,
+    say_chosen,
+)
 from keras_cait.training.recipe import RECIPES, RecipeName
 from keras_cait.training.run_errors import RunError, about
 from keras_cait.training.run_plan import compile_for
@@ -228,7 +235,7 @@ def train(model, data, output_dir, *, recipe=None, val_data=None, class_names=No
     run_plan.check_counts(seed=seed, backup_every=backup_every, shuffle_buffer=shuffle_buffer)
     run_plan.check_recipe(recipe, teacher, "train")
     run_models.check_teacher(teacher, recipe)
-    precision = resolved_precision(check_precision(precision, auto=True))  # the checks done: said
+    precision, chosen = chosen_precision(check_precision(precision, auto=True))  # said once nothing refuses the run
     given = run_data.given
     settings = run_folder.settings(model=model, data=given(data), val_data=given(val_data), class_names=class_names,
                                    tfds_dir=tfds_dir, image_size=image_size, crop_pct=crop_pct, precision=precision,
@@ -237,6 +244,7 @@ def train(model, data, output_dir, *, recipe=None, val_data=None, class_names=No
     run_state.seed(seed, deterministic)
     data = run_data.open_data(data, val_data, 0, class_names, tfds_dir, seed)
     run = run_folder.Run("train", settings, recipe, data, distribution, output_dir, verbose, fit_batch_to_data)
+    say_chosen(precision, chosen)
     final = os.path.join(run.output_dir, "final.keras")
     if run.record.finished("train"):
         return RunResult(*run.finished_earlier(final))
@@ -313,10 +321,7 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
     run_plan.check_recipe(recipe, teacher, "finetune")
     run_models.check_teacher(teacher, recipe)
     val_fraction = run_data.validation_fraction(val_data, val_fraction)
-    precision = check_precision(precision, auto=True)
-    if scratch_chosen:  # the checks done: what the run chose said
-        say_scratch_chosen()
-    precision = resolved_precision(precision)
+    precision, chosen = chosen_precision(check_precision(precision, auto=True))  # said once nothing refuses the run
     given = run_data.given
     settings = run_folder.settings(model=given(model), weights=given(weights), data=given(data),
                                    val_data=given(val_data), val_fraction=val_fraction, class_names=class_names,
@@ -327,6 +332,9 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
     run_state.seed(seed, deterministic)
     data = run_data.open_data(data, val_data, val_fraction, class_names, tfds_dir, seed)
     run = run_folder.Run("finetune", settings, recipe, data, distribution, output_dir, verbose, fit_batch_to_data)
+    if scratch_chosen:  # nothing can refuse the run now: what it chose is said
+        say_scratch_chosen()
+    say_chosen(precision, chosen)
     head_weights = os.path.join(run.output_dir, "head.weights.h5")
     last_stage = ("lora" if lora_rank else "full") if recipe.epochs else "head"
     if run.record.finished(last_stage):

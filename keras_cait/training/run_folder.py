@@ -19,7 +19,7 @@ from keras_cait.training import image_checks, resume, stream
 from keras_cait.training.callbacks import BestModelCheckpoint, best_record_path, run_callbacks, tensorboard_installed
 from keras_cait.training.recipe import RECIPES
 from keras_cait.training.run_errors import RunError
-from keras_cait.training.run_plan import Plan, compile_for, fit_batch
+from keras_cait.training.run_plan import Plan, batch_fitted, compile_for
 
 
 def check_output_dir(output_dir):
@@ -40,9 +40,11 @@ class Run:
     """One run's folder, record, plan and stages: what train and finetune share."""
 
     def __init__(self, command, settings, recipe, data, distribution, output_dir, verbose, fit_batch_to_data):
+        notice = None
         if fit_batch_to_data:
-            recipe = fit_batch(recipe, distribution, data)
-        self.recipe, self.data, self.distribution, self.verbose = recipe, data, distribution, verbose
+            recipe, notice = batch_fitted(recipe, distribution, data)
+        self.command, self.recipe, self.data, self.distribution, self.verbose = (
+            command, recipe, data, distribution, verbose)
         self.plan = Plan.of(recipe, distribution, data)
         # Every worker saves (Keras' multi-worker rule); only the chief's files are the run's.
         self.output_dir = os.fspath(output_dir) if distribution.is_chief else os.path.join(
@@ -52,6 +54,8 @@ class Run:
                     "global batch size": self.plan.global_batch}
         self.record = resume.RunRecord.open(self.output_dir, command, settings, recipe=recipe,
                                             recipe_name=_recipe_name(recipe), arguments=arguments)
+        if notice:  # once the folder took the run: said at verbose=0 too, as the files not read are
+            print(notice, flush=True)
         self.resumed = {}
 
     def announce(self):
@@ -61,8 +65,19 @@ class Run:
         replicas, steps = self.distribution.replicas, self.plan.steps
         say(f"{counted(replicas, 'replica')} (", Named("strategy", self.distribution.name),
             f"), global batch {self.plan.global_batch} ({self.recipe.batch_size} per replica), "
-            f"{counted(steps, 'step')} per epoch, peak learning rate "
-            f"{self.recipe.peak_lr(self.plan.global_batch):.3g}")
+            f"{counted(steps, 'step')} per epoch, {self._peak_learning_rates()}")
+
+    def _peak_learning_rates(self):
+        """The peak learning rate of each stage the run trains: a finetune's head stage has its own
+        (`head_lr`; the whole network's alone was said, also for a run of the head alone)."""
+        batch = self.plan.global_batch
+        whole = f"{self.recipe.peak_lr(batch):.3g}"
+        if self.command != "finetune" or not self.recipe.head_epochs:
+            return f"peak learning rate {whole}"
+        head = f"{self.recipe.peak_lr(batch, head=True):.3g}"
+        if not self.recipe.epochs:
+            return f"peak learning rate {head} (the head)"
+        return f"peak learning rate {head} for the head (stage 1), {whole} in stage 2"
 
     def compile(self, model, head=False, jit_compile=True):
         with self.distribution.scope():

@@ -98,15 +98,15 @@ def _batch_that_fits(distribution, data):
     return max(1, data.train.num_examples // distribution.replicas)
 
 
-def fit_batch(recipe, distribution, data):
-    """The recipe with its batch lowered to what the training images fill, said; unchanged if they do."""
+def batch_fitted(recipe, distribution, data):
+    """(the recipe with its batch lowered to what the training images fill, the notice that says so),
+    or (the recipe, None) where they fill it."""
     if distribution.global_batch_size(recipe.batch_size) <= data.train.num_examples:
-        return recipe
+        return recipe, None
     fits = _batch_that_fits(distribution, data)
-    # A notice of what the run changed of its input: said at verbose=0 too, as the files not read are.
-    print(f"Batch {recipe.batch_size} per replica is more than the {data.train.num_examples} training images "
-          f"fill: batch {fits} instead (the learning rate scales with it).", flush=True)
-    return recipe.replace(batch_size=fits)
+    return recipe.replace(batch_size=fits), (
+        f"Batch {recipe.batch_size} per replica is more than the {data.train.num_examples} training images "
+        f"fill: batch {fits} instead (the learning rate scales with it).")
 
 
 def reports_top5(num_classes):

@@ -92,6 +92,9 @@ def test_a_python_finetune_returns_the_model_with_its_classes_and_a_summary(
     assert "No TensorBoard logs: the tensorboard package is not installed" in said
     # The run's plan in the caller's words (the command line's: `--strategy none`, tests/cli/test_train_defaults.py).
     assert "1 replica (strategy='none'), global batch 10 (10 per replica), " in said, said
+    # Each stage's own rate: the head's was never said (the whole network's stood for both).
+    assert (f"3 steps per epoch, peak learning rate {recipe.peak_lr(10, head=True):.3g} for the head (stage 1), "
+            f"{recipe.peak_lr(10):.3g} in stage 2\n") in said, said
     assert not (tmp_path / "run" / "logs").exists()
     assert list(result.model.class_names) == sorted(os.listdir(data_dir))
     assert result.summary["output_dir"] == str(tmp_path / "run")
@@ -138,13 +141,14 @@ def test_best_keras_is_the_best_epoch_of_the_whole_run_not_of_its_last_stage(tin
 
 
 @pytest.mark.large
-def test_a_head_only_run_returns_and_saves_a_model_whose_backbone_trains(tiny_run, tmp_path, policy):
+def test_a_head_only_run_returns_and_saves_a_model_whose_backbone_trains(tiny_run, tmp_path, policy, capsys):
     """The head stage's frozen backbone stayed frozen in the returned model, final.keras and best.keras:
     a later fit of either trained the head alone, silently."""
     model_path, data_dir = tiny_run
     recipe = RECIPES["transfer"].replace(batch_size=10, head_epochs=1, epochs=0)
     result = run.finetune(model_path, data_dir, tmp_path / "run", recipe=recipe, precision="float32",
-                          val_fraction=0, verbose=0)
+                          val_fraction=0, verbose=2)
+    assert f"peak learning rate {recipe.peak_lr(10, head=True):.3g} (the head)\n" in capsys.readouterr().out
     every = len(keras.models.load_model(model_path).trainable_weights)
     assert len(result.model.trainable_weights) == every
     for name in ("final.keras", "best.keras"):
@@ -730,6 +734,41 @@ def test_a_run_checks_its_model_first_and_says_nothing_before(model, words, digi
     assert str(raised.value).startswith(words.format(tmp=tmp_path))
     assert capsys.readouterr().out == ""
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("command", ["train", "finetune"])
+@pytest.mark.parametrize("refusal", ["missing data", "strategy", "another run's folder"])
+def test_a_run_refused_after_its_checks_says_no_choice_before(command, refusal, digits, tmp_path, capsys):
+    """The precision "auto" chose (and the scratch recipe finetune chose for random weights) was said,
+    then the run was refused: a choice announced for a run that never ran."""
+    data_dir = digits(tmp_path / "photos", per_class=2, size=8, classes=range(2))
+    output_dir = tmp_path / "run"
+    options = dict(precision="auto", **({"weights": None} if command == "finetune" else {}))
+    if refusal == "missing data":
+        data_dir = tmp_path / "missing"
+    elif refusal == "strategy":
+        options["strategy"] = "mirror"
+    else:
+        output_dir.mkdir()
+        (output_dir / "run.json").write_text(json.dumps({"command": "evaluate", "settings": {}, "finished": []}))
+        (output_dir / "backup").mkdir()
+    with pytest.raises((run.RunError, run.resume.BackupError)):
+        getattr(run, command)("XXS24", data_dir, output_dir, **options)
+    assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize("command", ["train", "finetune"])
+def test_a_run_that_goes_on_says_the_precision_auto_chose_before_it_builds_a_model(command, digits, tmp_path,
+                                                                                  monkeypatch, capsys):
+    data_dir = digits(tmp_path / "photos", per_class=2, size=8, classes=range(2))
+    _refuse_models(monkeypatch)
+    with pytest.raises(AssertionError, match="was reached"):
+        getattr(run, command)("XXS24", data_dir, tmp_path / "run", precision="auto", verbose=2,
+                              **({"weights": None} if command == "finetune" else {}))
+    said = capsys.readouterr().out
+    assert f"Precision {run.default_precision()[0]} (" in said, said
+    if command == "finetune":
+        assert said.index("weights=None: random weights") < said.index("Precision ")
 
 
 @pytest.mark.parametrize("verbose", ["yes", 5, -1, True])
