@@ -40,6 +40,7 @@ summary) and `run_errors` (`RunError`).
 import dataclasses
 import functools
 import inspect
+import logging
 import os
 import warnings
 
@@ -136,6 +137,31 @@ def _decoder_messages_dropped(run_function):
     return decoders_quiet
 
 
+class _NoRetracingWarning(logging.Filter):
+    """Drops TensorFlow's "5 out of the last 13 calls to <function ...> triggered tf.function
+    retracing" warning: a run's stages, and a notebook's next run or evaluation, compile new models,
+    as Keras' `fit` and `evaluate` of a new model do, and its advice (a tf.function made in a loop)
+    is for code of one's own, not the run's."""
+
+    def filter(self, record):
+        return "triggered tf.function retracing" not in record.getMessage()
+
+
+def _retracing_warnings_dropped(run_function):
+    """`run_function` with TensorFlow's retracing warning left out while it runs (`_NoRetracingWarning`)."""
+
+    @functools.wraps(run_function)
+    def without_retracing_warnings(*args, **kwargs):
+        logger, dropped = logging.getLogger("tensorflow"), _NoRetracingWarning()
+        logger.addFilter(dropped)
+        try:
+            return run_function(*args, **kwargs)
+        finally:
+            logger.removeFilter(dropped)
+
+    return without_retracing_warnings
+
+
 # The recipe a run takes when given none, by run: what a knob typed as an argument is the knob of.
 DEFAULT_RECIPES = {"train": "deit", "finetune": "transfer"}
 
@@ -178,6 +204,7 @@ def _said_at_verbose(run_function):
 
 
 @_decoder_messages_dropped
+@_retracing_warnings_dropped
 @_said_at_verbose
 @run_state.process_state_kept
 def train(model, data, output_dir, *, recipe=None, val_data=None, class_names=None, tfds_dir=None,
@@ -274,6 +301,7 @@ def say_scratch_chosen():
 
 
 @_decoder_messages_dropped
+@_retracing_warnings_dropped
 @_said_at_verbose
 @run_state.process_state_kept
 def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_data=None, val_fraction=None,
@@ -386,6 +414,7 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
 
 
 @_decoder_messages_dropped
+@_retracing_warnings_dropped
 @_said_at_verbose
 @run_state.process_state_kept
 def evaluate(model, data, *, weights="imagenet", class_names=None, tfds_dir=None, image_size=None,

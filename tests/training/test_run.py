@@ -115,6 +115,32 @@ def test_a_python_finetune_returns_the_model_with_its_classes_and_a_summary(
 
 
 @pytest.mark.large
+def test_runs_repeated_in_one_process_say_no_retracing_warning(tiny_run, tmp_path, policy):
+    """A notebook's second finetune, and evaluations after it, logged TensorFlow's "5 out of the
+    last 13 calls to <function ...> triggered tf.function retracing" (also at verbose=0): each stage
+    compiles a new model, and the warning's advice is for one's own loops."""
+    import logging
+
+    model_path, data_dir = tiny_run
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("tensorflow")
+    logger.addHandler(handler)
+    try:
+        recipe = RECIPES["transfer"].replace(batch_size=10, head_epochs=1, epochs=1)
+        for index in range(2):
+            run.finetune(model_path, data_dir, tmp_path / f"run{index}", recipe=recipe, precision="float32",
+                         val_fraction=0, verbose=0, jit_compile=False)
+        for _ in range(3):
+            run.evaluate(str(tmp_path / "run0" / "final.keras"), data_dir, verbose=0)
+    finally:
+        logger.removeHandler(handler)
+    assert [record.getMessage() for record in records if "retracing" in record.getMessage()] == []
+    assert logger.filters == []  # the filter was the runs' own
+
+
+@pytest.mark.large
 def test_best_keras_is_the_best_epoch_of_the_whole_run_not_of_its_last_stage(tiny_run, tmp_path, policy, monkeypatch):
     """Each stage's checkpoint started from nothing, so the whole network's first epoch replaced the head
     stage's better model. Here the head stage's record is made unbeatable (a loss of -1) once it ends:
