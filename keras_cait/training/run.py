@@ -73,7 +73,7 @@ from keras_cait.training.precision import (
     check_precision,
     chosen_precision,
     default_precision,
-    resolved_precision,
+    resolved_precision,  # noqa: F401  run.resolved_precision, as before
     say_chosen,
 )
 from keras_cait.training.recipe import RECIPES, RecipeName
