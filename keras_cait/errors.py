@@ -189,8 +189,13 @@ def checked_number(argument, value, fits, bounds, example):
                         ["e.g. ", Named(argument, example)], usage=True)
 
 
+class MissingPath(ArgumentError, FileNotFoundError):
+    """An `ArgumentError` for a path where nothing is: a `FileNotFoundError` too, as Python's own
+    error for it (code that catches that keeps working)."""
+
+
 def _rebuilt(kind, state):
-    error = Exception.__new__(kind)
+    error = (OSError if issubclass(kind, OSError) else Exception).__new__(kind)  # MissingPath: OSError's layout
     error.__dict__.update(state)
     Exception.__init__(error, error.render())
     return error

@@ -17,7 +17,7 @@ import os
 import numpy
 
 from keras_cait.io import atomic
-from keras_cait.errors import ArgumentError, Named, quietly_caused
+from keras_cait.errors import ArgumentError, MissingPath, Named, quietly_caused
 
 GROUPS = ("optimizer (AdamW)", "schedule", "augmentation", "regularisation", "distillation")
 
@@ -138,16 +138,19 @@ class Knobs:
     def load(cls, path):
         """The recipe of a `recipe.json` (a run's, or one written by `save`). A file written by hand
         may give some knobs only: the others are those of the recipe it names (`"recipe":
-        "transfer"`), or DeiT's where it names none (`Recipe()`). A missing file is a
-        `FileNotFoundError`; a file that is no recipe (not JSON, an unknown knob, a value out of
-        range, knobs missing and a recipe named that RECIPES has not) an `ArgumentError` naming
-        `path`."""
+        "transfer"`), or DeiT's where it names none (`Recipe()`). Each refusal is an
+        `ArgumentError` naming `path`: a missing file (a `FileNotFoundError` too:
+        `keras_cait.errors.MissingPath`), a folder, a file that is no recipe (not JSON, an unknown
+        knob, a value out of range, knobs missing and a recipe named that RECIPES has not)."""
         recipes = cls.named()
         path = _recipe_path(path)
         allowed = 'write it with Recipe.save(path), or as JSON {"recipe": "<name>", "<knob>": value, ...}'
         if os.path.isdir(path):
             raise ArgumentError("path", path, "is a folder, not a recipe file",
                                 f"give the file, e.g. {os.path.join(path, 'recipe.json')!r}", usage=True)
+        if not os.path.exists(path):
+            raise MissingPath("path", path, "no such file", "give a recipe.json: a run's, or one written by "
+                              "Recipe.save(path)")
         try:
             with open(path, encoding="utf-8") as file:
                 values = json.loads(file.read())

@@ -17,8 +17,8 @@ from collections.abc import Callable
 import numpy as np
 
 from keras_cait import deprecation
-from keras_cait.errors import (ArgumentError, Named, check_names_not_mapping, checked_count, counted, listed,
-                               repeated)
+from keras_cait.errors import (ArgumentError, MissingPath, Named, check_names_not_mapping, checked_count, counted,
+                               listed, quietly_caused, repeated)
 from keras_cait.images.evaluation_transform import (
     HEADER_BYTES, IMAGE_EXTENSIONS, IMAGE_FORMATS, has_image_signature, is_image_file_name,
 )
@@ -94,7 +94,8 @@ def image_folder(directory):
         raise ArgumentError("directory", directory, "is a file, not a folder",
                             "give the folder that holds one subfolder per class", usage=True)
     if not os.path.isdir(directory):
-        raise FileNotFoundError(f"Image folder {directory!r} does not exist.")
+        raise MissingPath("directory", directory, "no such folder", "give the folder that holds one subfolder per "
+                          f"class, e.g. {os.path.join(directory, 'cat', '1.jpg')}")
     class_names = sorted(
         entry.name for entry in os.scandir(directory) if entry.is_dir() and not entry.name.startswith(".")
     )
@@ -111,15 +112,17 @@ def image_folder(directory):
         if len(paths) == count:
             empty.append((os.path.join(directory, name), skipped[others:]))
     if not paths:
-        raise ValueError(
-            f"Image folder {directory!r} has no images: expected one subfolder per class "
+        raise ArgumentError(
+            "directory", directory,
+            f"has no images: expected one subfolder per class "
             f"holding {_IMAGE_FILES}, e.g. {directory}/cat/1.jpg"
             f"{_others([path for _, found in empty for path in found])}."
         )
     if empty:
         folders = listed([repr(folder) for folder, _ in empty])
         others = _others([path for _, found in empty for path in found])
-        raise ValueError(
+        raise ArgumentError(
+            "directory", directory,
             f"The class folder {folders} holds no images ({_IMAGE_FILES}){others}; "
             "add images to it, or remove the folder."
             if len(empty) == 1 else
@@ -258,7 +261,8 @@ def tfrecords(files, class_names, num_examples=None):
                             ["e.g. ", Named("files", "records/train-*")], usage=True, shown=f"<{type(files).__name__}>")
     paths = sorted(tf.io.gfile.glob(files)) if isinstance(files, str) else [os.fspath(path) for path in files]
     if not paths:
-        raise FileNotFoundError(f"No TFRecord files match {files!r}.")
+        raise MissingPath("files", files, "matches no file", "give the files of write_tfrecords, e.g. "
+                          "'records/train-*'")
     for path in paths:  # a folder or a missing file failed in the first pass as a TensorFlow graph error
         if tf.io.gfile.isdir(path) or not tf.io.gfile.exists(path):  # tf.io.gfile: gs:// paths too
             raise ArgumentError("files", files, f"{path!r} is {'a folder' if tf.io.gfile.isdir(path) else 'missing'}, "
@@ -329,7 +333,14 @@ def source(spec, class_names=None, data_dir=None):
             raise ArgumentError("class_names", class_names, f"{spec!r} names TFRecords, which hold class indices, "
                                 "not names", ["give ", Named("class_names"), ", one name per class, in the order "
                                 "of the indices"], usage=True)
-        return tfrecords(spec[len("tfrecord:"):], class_names)
+        try:
+            return tfrecords(spec[len("tfrecord:"):], class_names)
+        except ArgumentError as error:
+            if error.argument != "files":
+                raise
+            # The pattern is the spec's: the spec named, not tfrecords' `files`, which its caller never gave.
+            raise quietly_caused(type(error)("spec", spec, error.problem, error.allowed, usage=error.usage),
+                                 error) from None
     folder = image_folder(spec)
     if class_names is not None and [str(name) for name in class_names] != folder.class_names:
         raise ArgumentError(

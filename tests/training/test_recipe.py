@@ -333,6 +333,10 @@ def test_a_recipe_file_that_is_no_text_names_no_recipe_or_is_a_folder_is_refused
     with pytest.raises(ArgumentError, match=rf"^path={re.escape(repr(str(tmp_path)))}: is a folder, not a recipe file; "
                                             r"give the file, e\.g\. '.*recipe\.json'$"):
         Recipe.load(tmp_path)
+    with pytest.raises(FileNotFoundError) as raised:  # Python's raw `[Errno 2] No such file or directory` before
+        Recipe.load(tmp_path / "nope" / "recipe.json")
+    assert str(raised.value) == (f"path={str(tmp_path / 'nope' / 'recipe.json')!r}: no such file; give a recipe.json: "
+                                 "a run's, or one written by Recipe.save(path)")
     for given in (None, 3, ""):
         with pytest.raises(ArgumentError, match=rf"^path={re.escape(repr(given))}: must be the path of a recipe file"):
             Recipe.load(given)

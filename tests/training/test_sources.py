@@ -2,6 +2,7 @@
 
 import collections
 import os
+import pickle
 import re
 import sys
 
@@ -10,7 +11,7 @@ from PIL import Image
 
 from keras_cait.errors import ArgumentError
 from keras_cait.images.evaluation_transform import IMAGE_FORMATS
-from keras_cait.training import Augmentation, sources, stream
+from keras_cait.training import Augmentation, run, sources, stream
 from tests.training.helpers import NO_AUGMENTATION, digest, stream_images
 
 
@@ -28,10 +29,16 @@ def test_image_folder_lists_classes_in_sorted_order(tmp_path):
 
 
 def test_image_folder_errors_say_what_is_expected(tmp_path):
-    with pytest.raises(FileNotFoundError, match="does not exist"):
-        sources.image_folder(tmp_path / "missing")
+    missing = tmp_path / "missing"
+    with pytest.raises(FileNotFoundError) as raised:  # Python's own type still, and an ArgumentError naming it
+        sources.image_folder(missing)
+    assert isinstance(raised.value, ArgumentError) and raised.value.argument == "directory"
+    assert str(raised.value) == (f"directory={str(missing)!r}: no such folder; give the folder that holds one "
+                                 f"subfolder per class, e.g. {missing / 'cat' / '1.jpg'}")
+    assert str(pickle.loads(pickle.dumps(raised.value))) == str(raised.value)  # as a process pool sends it
     (tmp_path / "cat").mkdir()
-    with pytest.raises(ValueError, match="one subfolder per class"):
+    with pytest.raises(ArgumentError, match=f"^directory={str(tmp_path)!r}: has no images: expected one subfolder "
+                                            "per class"):
         sources.image_folder(tmp_path)
     (tmp_path / "notes.txt").write_text("")
     with pytest.raises(ArgumentError, match=r"^directory='.*notes.txt': is a file, not a folder; give the folder "):
@@ -127,16 +134,16 @@ def test_an_empty_class_folder_is_refused_by_name(tmp_path, digits):
     os.mkdir(os.path.join(folder, "dog"))
     (tmp_path / "photos" / "fish").mkdir()
     (tmp_path / "photos" / "fish" / "notes.txt").write_text("no image here")
-    with pytest.raises(ValueError) as refused:
+    with pytest.raises(ArgumentError) as refused:
         sources.image_folder(folder)
     dog, fish = os.path.join(folder, "dog"), os.path.join(folder, "fish")
     notes = os.path.join(fish, "notes.txt")
     assert str(refused.value) == (
-        f"The class folders {dog!r}, {fish!r} hold no images ({IMAGE_FORMATS} files: "
+        f"directory={folder!r}: The class folders {dog!r}, {fish!r} hold no images ({IMAGE_FORMATS} files: "
         f"{', '.join(sources.IMAGE_EXTENSIONS)}), only files of other formats: {notes}; add images to them, or "
         "remove those folders.")
     os.rmdir(dog)
-    with pytest.raises(ValueError, match=f"^The class folder {fish!r} holds no images .*; add images to it, "
+    with pytest.raises(ArgumentError, match=f"^directory={folder!r}: The class folder {fish!r} holds no images .*; add images to it, "
                                          "or remove the folder.$"):
         sources.image_folder(folder)
 
@@ -236,6 +243,16 @@ def test_tfrecords_refuse_files_and_a_count_they_cannot_take_naming_them(folder,
     with pytest.raises(ArgumentError, match=r"^num_examples='100': must be a positive integer, the records in the "
                                             r"files \(None: counted\), not str"):
         sources.tfrecords(path, source.class_names, num_examples="100")
+    pattern = str(tmp_path / "none-*.tfrecord")
+    with pytest.raises(FileNotFoundError) as raised:  # was a bare one naming no argument
+        sources.tfrecords(pattern, source.class_names)
+    assert str(raised.value) == f"files={pattern!r}: matches no file; give the files of write_tfrecords, e.g. " \
+                                "'records/train-*'"
+    # Through a spec, the spec is named (its caller gave no `files`), and so a run's `data`.
+    with pytest.raises(FileNotFoundError, match=rf"^spec='tfrecord:{re.escape(pattern)}': matches no file"):
+        sources.source(f"tfrecord:{pattern}", source.class_names)
+    with pytest.raises(ArgumentError, match=rf"^data='tfrecord:{re.escape(pattern)}': matches no file"):
+        run.evaluate("XXS24", f"tfrecord:{pattern}", class_names=source.class_names, weights=None, image_size=32)
 
 
 def test_split_given_a_path_or_a_fraction_of_another_type_names_the_argument(folder):
