@@ -54,3 +54,25 @@ def test_saved_weights_are_the_same_in_either_format(channels_first, tiny_cait, 
         keras.ops.convert_to_numpy(nchw(images.transpose(0, 3, 1, 2))),
         rtol=1e-6, atol=1e-7,
     )
+
+
+def test_a_channels_first_cait_is_resized_and_loaded_at_another_size_as_a_channels_last_one(channels_first,
+                                                                                            tiny_cait, tmp_path):
+    """at_resolution wrote a channels-last input shape, (None, 64, 64, 32) for (None, 3, 32, 32), and
+    failed in TensorFlow's BroadcastTo; image_side read (3, 32) as an oblong image."""
+    from keras_cait.models import at_resolution, image_side, load_classifier
+
+    model = tiny_cait(input_shape=(3, 32, 32))
+    keras.config.set_image_data_format("channels_last")
+    twin = tiny_cait()
+    twin.set_weights(model.get_weights())
+    keras.config.set_image_data_format("channels_first")
+    images = np.random.default_rng(0).uniform(0, 255, (2, 48, 48, 3)).astype("float32")
+
+    assert image_side(model) == 32
+    resized = at_resolution(model, 48)
+    assert resized.input_shape == (None, 3, 48, 48)
+    np.testing.assert_allclose(resized.predict(images.transpose(0, 3, 1, 2), verbose=0),
+                               at_resolution(twin, 48).predict(images, verbose=0), atol=1e-5)
+    model.save(tmp_path / "nchw.keras")
+    assert load_classifier(str(tmp_path / "nchw.keras"), image_size=48).input_shape == (None, 3, 48, 48)

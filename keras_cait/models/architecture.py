@@ -297,7 +297,7 @@ def build_cait(
 
     x = inputs
     if channels_first:
-        x = keras.layers.Permute((2, 3, 1), **layer("channels_last"))(x)
+        x = keras.layers.Permute((2, 3, 1), **layer(image_inputs.CHANNELS_LAST_LAYER))(x)
     if include_preprocessing and input_shape[2] != 3:
         raise ValueError(
             f"input_shape {tuple(input_shape)}: include_preprocessing normalises RGB images "

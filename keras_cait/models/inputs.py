@@ -38,6 +38,28 @@ def image_shape(height, width, channels=3):
     return (height, width, channels)
 
 
+# The layer a CaiT built under "channels_first" begins with, which makes its images channels last.
+CHANNELS_LAST_LAYER = "channels_last"
+
+
+def is_channels_first(model):
+    """Whether `model` takes its images channels first (built under "channels_first")."""
+    return any(layer.name == CHANNELS_LAST_LAYER and isinstance(layer, keras.layers.Permute) for layer in model.layers)
+
+
+def image_sides(model):
+    """(height, width) of the images `model` takes, channels first or last as it was built."""
+    shape = tuple(model.inputs[0].shape)
+    return shape[2:4] if is_channels_first(model) else shape[1:3]
+
+
+def with_sides(model, height, width):
+    """`model`'s input shape (batch included) with images of `height`×`width`, in its own layout."""
+    batch, *sides = tuple(model.inputs[0].shape)
+    channels = sides[0] if is_channels_first(model) else sides[2]
+    return [batch, channels, height, width] if is_channels_first(model) else [batch, height, width, channels]
+
+
 def checked_input_shape(input_shape, argument="input_shape"):
     """`input_shape` as a tuple whose sides are ints or None (numpy integers too), after checking
     that it is a sequence of them (a tuple, a list, a `TensorShape`); None stays None. A number, a

@@ -41,7 +41,7 @@ from keras_cait.models.architecture import (
 )
 from keras_cait.models.blocks import ClassAttentionBlock
 from keras_cait.models.class_names import class_count
-from keras_cait.models.inputs import checked_image_size
+from keras_cait.models.inputs import checked_image_size, image_sides
 from keras_cait.models.precision import checked_dtype
 from keras_cait.models.surgery import (
     FEATURE_LAYERS,
@@ -230,7 +230,7 @@ def image_side(model, argument="model", value=None):
     value = model if value is None else value
     shown = None if isinstance(value, (str, os.PathLike)) else f"<model {model.name!r}>"
     _check_takes_images(model, argument, value, shown)
-    height, width = model.input_shape[1:3]
+    height, width = image_sides(model)
     if height != width:
         raise ArgumentError(argument, value, f"takes {height}x{width} images, not square ones",
                             ["give ", Named("image_size"), " for a square size to run it at"], shown=shown)
@@ -258,7 +258,7 @@ def _adapted(loaded, model, image_size, include_top, pooling, classes, activatio
         adapted = with_dtype_policy(adapted, dtype)
     if drop_path_rate is not None:
         adapted = with_drop_path_rate(adapted, drop_path_rate)
-    if image_size is not None and tuple(adapted.input_shape[1:3]) != (image_size, image_size):
+    if image_size is not None and tuple(image_sides(adapted)) != (image_size, image_size):
         adapted = at_resolution(adapted, image_size)
     if not include_top:
         return _features(adapted, pooling, value, shown)

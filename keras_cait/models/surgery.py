@@ -16,7 +16,7 @@ from keras_cait.models.architecture import (
     HEAD_NAME, CaiTModel, checked_classes, checked_drop_path_rate, classifier_head, with_class_names,
 )
 from keras_cait.models.blocks import SelfAttentionBlock
-from keras_cait.models.inputs import checked_image_size
+from keras_cait.models.inputs import checked_image_size, with_sides
 from keras_cait.models.precision import checked_dtype, has_dtype_policy, layer_dtype
 
 FEATURE_LAYERS = ("token_pool", "avg_pool")
@@ -135,10 +135,11 @@ def at_resolution(model, image_size):
     grid = image_size // patch_size
     positions = {layer.name for layer in model.layers if isinstance(layer, PositionEmbedding)}
 
+    input_shape = with_sides(model, image_size, image_size)  # channels first or last, as the model takes them
+
     def resize(layer_config):
         if layer_config["class_name"] == "InputLayer":
-            shape = layer_config["config"]["batch_shape"]
-            layer_config["config"]["batch_shape"] = [shape[0], image_size, image_size, shape[3]]
+            layer_config["config"]["batch_shape"] = input_shape
         elif layer_config["config"]["name"] in positions:
             layer_config["config"]["grid_size"] = [grid, grid]
 
