@@ -6,7 +6,7 @@ import os
 import keras
 import numpy as np
 
-from keras_cait.errors import ArgumentError, Named, checked_bool
+from keras_cait.errors import ArgumentError, Named, checked_bool, quietly_caused
 from keras_cait.weights.convert import (
     checkpoint_grid, load_state_dict, nonfinite_error, read_checkpoint, timm_key_map, unreadable,
 )
@@ -43,7 +43,7 @@ def _check_keras_weights_fit(model, path, argument):
                     (name, item.shape)) if hasattr(item, "shape") and "position_embedding" not in name else None
             )
     except OSError as error:
-        raise _unreadable_keras_weights(path, error) from error
+        raise quietly_caused(_unreadable_keras_weights(path, error), error) from None
     if not file_shapes and not file_head:
         raise ArgumentError(argument, path, "holds no weights at all (an empty .weights.h5 file)",
                             "save them again: model.save_weights(path)")
@@ -121,7 +121,7 @@ def head_classes(path):
                 file.visititems(lambda name, item: shapes.append(item.shape)
                                 if name.startswith("layers/dense/") and hasattr(item, "shape") else None)
         except OSError as error:
-            raise _unreadable_keras_weights(path, error) from error
+            raise quietly_caused(_unreadable_keras_weights(path, error), error) from None
         return shapes[0][-1] if shapes else None
     if path.endswith(".safetensors"):
         from safetensors import safe_open
@@ -132,7 +132,7 @@ def head_classes(path):
         except FileNotFoundError:
             raise
         except Exception as error:  # safetensors' own error type is not public
-            raise unreadable(path, "safetensors", error) from error
+            raise quietly_caused(unreadable(path, "safetensors", error), error) from None
     head = read_checkpoint(path).get("head.weight")
     return None if head is None else head.shape[0]
 

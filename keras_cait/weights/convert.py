@@ -12,7 +12,7 @@ import pickle
 
 import numpy as np
 
-from keras_cait.errors import ArgumentError, checked_bool, listed
+from keras_cait.errors import ArgumentError, checked_bool, listed, quietly_caused
 from keras_cait.layers.position_embedding import resize_position_embedding, source_grid_of
 
 
@@ -215,16 +215,22 @@ def checkpoint_grid(path):
     try:
         with safe_open(path, framework="numpy") as file:
             stated = (file.metadata() or {}).get("grid_size")
+            positions = file.get_slice("pos_embed").get_shape()[1] if "pos_embed" in file.keys() else None
     except Exception as error:  # safetensors' own error type is not public
-        raise unreadable(path, "safetensors", error) from error
+        raise quietly_caused(unreadable(path, "safetensors", error), error) from None
     if stated is None:
         return None
     try:
         rows, cols = (int(side) for side in stated.split(","))
-    except ValueError as error:
-        raise ValueError(
-            f"{path}: metadata grid_size={stated!r} is not 'rows,cols', e.g. '14,14'."
-        ) from error
+    except ValueError:
+        rows = cols = 0
+    # The file's own grid, checked here: a wrong one was refused as `source_grid`, which no caller gave.
+    if rows < 1 or cols < 1:
+        raise ValueError(f"{path}: metadata grid_size={stated!r} is not 'rows,cols' of two positive sides, "
+                         "e.g. '14,14'.")
+    if positions is not None and rows * cols != positions:
+        raise ValueError(f"{path}: metadata grid_size={stated!r} states {rows * cols} positions, but its pos_embed "
+                         f"holds {positions}; save the weights again from the model they belong to.")
     return rows, cols
 
 
@@ -264,7 +270,7 @@ def read_checkpoint(path):
         except FileNotFoundError:
             raise
         except Exception as error:  # safetensors' own error type is not public
-            raise unreadable(path, "safetensors", error) from error
+            raise quietly_caused(unreadable(path, "safetensors", error), error) from None
     if path.endswith((".pth", ".pt")):
         try:
             import torch

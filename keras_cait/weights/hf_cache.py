@@ -34,7 +34,7 @@ import time
 import urllib.parse
 import urllib.request
 
-from keras_cait.errors import Named, Said
+from keras_cait.errors import Named, Said, quietly_caused
 from keras_cait.weights import registry
 
 # What the errors of getting the weights advise: a local file instead (`weights=` as each caller
@@ -274,12 +274,12 @@ def checkpoint(huggingface_hub, arch):
     except errors.LocalEntryNotFoundError as error:
         reason = ("HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE
                   else f"{where} is unreachable")
-        raise _not_cached(arch, cache, reason) from error
+        raise quietly_caused(_not_cached(arch, cache, reason), error) from None
     except errors.HfHubHTTPError as error:
-        raise NotCached(
+        raise quietly_caused(NotCached(
             f"The Hugging Face hub at {where} refused the ImageNet weights of {arch} ({error}). "
             "If HF_ENDPOINT is set, check that it points at a mirror of https://huggingface.co. ",
             *instead_of_imagenet(arch)
-        ) from error
+        ), error) from None
     verify(huggingface_hub, arch, path)
     return path, f"Hugging Face cache file {path}"

@@ -370,6 +370,25 @@ def test_timm_checkpoint_of_a_non_square_grid_is_resampled_from_its_stated_grid(
     assert np.max(np.abs(got - expected)) <= 1e-6 * np.max(np.abs(expected))
 
 
+@pytest.mark.parametrize("stated, line", [
+    ("0,4", "metadata grid_size='0,4' is not 'rows,cols' of two positive sides, e.g. '14,14'."),
+    ("2,x", "metadata grid_size='2,x' is not 'rows,cols' of two positive sides, e.g. '14,14'."),
+    ("3,3", "metadata grid_size='3,3' states 9 positions, but its pos_embed holds 6; save the weights again "
+            "from the model they belong to."),
+])
+def test_a_checkpoint_stating_a_grid_its_position_embedding_cannot_have_is_refused_naming_the_file(
+        timm_reference, tiny_cait, stated, line):
+    """It was refused as `source_grid=(0, 4)`, an argument the caller never gave, or in words naming
+    neither the file nor its metadata."""
+    from safetensors.numpy import load_file, save_file
+
+    path = timm_reference.save(timm_reference.tiny_model(img_size=(32, 48)))  # 6 positions
+    save_file(load_file(path), path, metadata={"grid_size": stated})
+    with pytest.raises(ValueError) as raised:
+        load_weights_file(tiny_cait(input_shape=(64, 64, 3)), path)
+    assert str(raised.value) == f"{path}: {line}"
+
+
 def test_timm_checkpoint_whose_grid_fits_no_token_count_is_refused(timm_reference, tiny_cait):
     path = timm_reference.save(timm_reference.tiny_model(img_size=(32, 48)))  # 6 positions
     with pytest.raises(ValueError, match=r"shape \(1, 6, 64\).*3×3"):
@@ -472,6 +491,8 @@ def test_an_unreadable_safetensors_file_is_named_in_the_error(tmp_path, tiny_cai
         keras_cait.CaiT_XXS24(weights=str(path), input_shape=(32, 32, 3))
 
     assert str(path) in str(error.value)
+    # One traceback: safetensors' own error, whose text the message says, is kept as `cause`, not chained.
+    assert error.value.__cause__ is None and error.value.__suppress_context__ and error.value.cause is not None
 
 
 @pytest.mark.large
