@@ -222,6 +222,10 @@ def _checked_sizes(embed_dim, depth, num_heads, patch_size, mlp_ratio, init_valu
     patch_size = checked_count("patch_size", patch_size, 16)
     class_attention_depth = checked_count("class_attention_depth", class_attention_depth, 2, minimum=0)
     mlp_ratio = float(checked_number("mlp_ratio", mlp_ratio, lambda ratio: 0 < ratio < math.inf, "above 0", 4.0))
+    if int(embed_dim * mlp_ratio) < 1:  # was Keras' "invalid value for `units`", naming no argument of ours
+        raise ArgumentError("mlp_ratio", mlp_ratio, ["gives an MLP of no units: int(", Named("embed_dim", embed_dim),
+                            f" × {mlp_ratio}) = 0"], f"give at least {1 / embed_dim:.3g}, e.g. mlp_ratio=4.0",
+                            usage=True)
     init_values = float(checked_number("init_values", init_values, lambda value: 0 <= value < math.inf,
                                        "of at least 0, LayerScale's first gamma", 1e-5))
     return embed_dim, depth, num_heads, patch_size, mlp_ratio, init_values, class_attention_depth
@@ -274,14 +278,21 @@ def build_cait(
     embed_dim, depth, num_heads, patch_size, mlp_ratio, init_values, class_attention_depth = _checked_sizes(
         embed_dim, depth, num_heads, patch_size, mlp_ratio, init_values, class_attention_depth)
     drop_path_rate = checked_drop_path_rate(drop_path_rate)
+    if not isinstance(name, str) or not name.strip() or "/" in name:  # was Keras' error, or a model named ''
+        raise ArgumentError("name", name, "must be a model's name: a str, not empty, without '/'",
+                            ["e.g. ", Named("name", "cait")], usage=True)
+    if input_tensor is not None and not keras.utils.is_keras_tensor(input_tensor):
+        # Keras' own error printed the whole array
+        kind = type(input_tensor).__name__
+        raise ArgumentError("input_tensor", input_tensor, f"must be a Keras tensor, the output of keras.Input or a "
+                            f"layer, not {kind}", ["e.g. ", Named("input_tensor", shown="keras.Input((224, 224, 3))"),
+                            ", or give ", Named("input_shape"), " instead"], usage=True, shown=f"<{kind}>")
     input_shape = image_inputs.checked_input_shape(input_shape)
     if input_shape is None and input_tensor is None:
         input_shape = image_inputs.image_shape(224, 224)
 
     # === Inputs ===
     if input_tensor is not None:
-        if not keras.utils.is_keras_tensor(input_tensor):
-            input_tensor = keras.Input(tensor=input_tensor, shape=input_shape)
         input_shape = tuple(input_tensor.shape[1:])
         inputs = input_tensor
     else:
@@ -299,11 +310,10 @@ def build_cait(
     if channels_first:
         x = keras.layers.Permute((2, 3, 1), **layer(image_inputs.CHANNELS_LAST_LAYER))(x)
     if include_preprocessing and input_shape[2] != 3:
-        raise ValueError(
-            f"input_shape {tuple(input_shape)}: include_preprocessing normalises RGB images "
-            f"with the ImageNet mean and std; for {input_shape[2]} channels use "
-            "include_preprocessing=False and normalise the inputs yourself."
-        )
+        raise ArgumentError("input_shape", image_inputs.image_shape(*input_shape),
+                            f"has {input_shape[2]} channels, and include_preprocessing normalises RGB images with "
+                            "the ImageNet mean and std", ["for other images give ", Named("include_preprocessing", False),
+                            " and normalise the inputs yourself"], usage=True)
     if include_preprocessing:
         x = keras.layers.Normalization(
             mean=[255.0 * m for m in IMAGENET_MEAN],

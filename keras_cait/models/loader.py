@@ -195,8 +195,9 @@ def read_keras_file(path, argument="model"):
     try:
         with python_generator_kept():  # the layers' seeds are drawn, then the file's weights set
             return keras.models.load_model(path)
-    except (OSError, ValueError, TypeError) as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    except (OSError, ValueError, TypeError, KeyError) as error:  # KeyError: a zip archive without config.json
+        text = str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
+        first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
         raise quietly_caused(ArgumentError(argument, path, f"is not a readable .keras model: {first}",
                                            _KERAS_FILE_ALLOWED), error) from None
 

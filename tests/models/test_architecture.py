@@ -589,6 +589,9 @@ def test_a_constructor_refuses_a_dtype_or_pooling_it_cannot_build_naming_it(opti
                                      "e.g. class_attention_depth=2"),
     (dict(mlp_ratio="4"), "mlp_ratio='4': must be a number above 0, not str; e.g. mlp_ratio=4.0"),
     (dict(mlp_ratio=float("nan")), "mlp_ratio=nan: must be a number above 0; e.g. mlp_ratio=4.0"),
+    # Keras' "Received an invalid value for `units`" before
+    (dict(mlp_ratio=0.01), "mlp_ratio=0.01: gives an MLP of no units: int(embed_dim=32 × 0.01) = 0; give at least "
+                           "0.0312, e.g. mlp_ratio=4.0"),
     (dict(init_values=-1e-5), "init_values=-1e-05: must be a number of at least 0, LayerScale's first gamma; "
                               "e.g. init_values=1e-05"),
 ])
@@ -605,6 +608,23 @@ def test_the_builder_refuses_an_architecture_number_that_builds_no_cait_naming_i
     assert str(refused.value) == line
     model = build_cait(**{**arguments, "depth": np.int64(1), "mlp_ratio": np.float32(2), "class_attention_depth": 0})
     assert model.get_layer("self_attention_block_0").mlp_ratio == 2.0
+
+
+@pytest.mark.parametrize("options, line", [
+    (dict(name="a/b"), "name='a/b': must be a model's name: a str, not empty, without '/'; e.g. name='cait'"),
+    (dict(name=3), "name=3: must be a model's name: a str, not empty, without '/'; e.g. name='cait'"),
+    (dict(name=""), "name='': must be a model's name: a str, not empty, without '/'; e.g. name='cait'"),
+    (dict(input_tensor=np.zeros((1, 32, 32, 3)), input_shape=None),
+     "input_tensor=<ndarray>: must be a Keras tensor, the output of keras.Input or a layer, not ndarray; "
+     "e.g. input_tensor=keras.Input((224, 224, 3)), or give input_shape instead"),
+])
+def test_the_builder_refuses_a_name_or_input_tensor_keras_cannot_take_naming_it(tiny_cait, options, line):
+    """Keras' own errors before: the input tensor's whole array printed; name='' taken."""
+    from keras_cait.errors import ArgumentError
+
+    with pytest.raises(ArgumentError) as refused:
+        tiny_cait(**options)
+    assert str(refused.value) == line
 
 
 @pytest.mark.parametrize("input_shape, line", [

@@ -150,6 +150,14 @@ def test_a_path_that_is_no_keras_file_is_named_as_a_path_not_as_a_variant_name(t
         assert refused.value.argument == "model"
     with pytest.raises(ArgumentError, match=r"^model='XXS25': unknown CaiT model"):
         load_classifier("XXS25")
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "notes.keras", "w") as archive:  # a zip without config.json: a raw KeyError
+        archive.writestr("a.txt", "x")
+    with pytest.raises(ArgumentError) as refused:
+        load_classifier(str(tmp_path / "notes.keras"))
+    assert str(refused.value).startswith(f"model='{tmp_path / 'notes.keras'}': is not a readable .keras model: "
+                                         "There is no item named 'config.json' in the archive; give a model saved")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "XXS24").write_bytes(b"")  # a file named as a variant: the name is still the variant's
     assert load_classifier("XXS24", weights=None, image_size=32).output_shape == (None, 1000)
