@@ -68,6 +68,12 @@ class CaiTImageClassifier(keras_hub.models.ImageClassifier):
                                 f"{type(backbone).__name__}", "e.g. CaiTBackbone.from_preset('cait_xxs24_224'), or "
                                 "CaiTImageClassifier.from_preset(...) for the whole classifier", usage=True,
                                 shown=f"<{type(backbone).__name__}>")
+        try:
+            backbone.input
+        except (AttributeError, ValueError):  # was Keras' "The layer sequential has never been called"
+            raise ArgumentError("backbone", backbone, "has no inputs: a model never built or called",
+                                "give a CaiTBackbone, e.g. CaiTBackbone.from_preset('cait_xxs24_224')", usage=True,
+                                shown=f"<{type(backbone).__name__} {backbone.name!r}>") from None
         check_options(CaiTImageClassifier, kwargs, (*KERAS_OPTIONS, "compile"))
         num_classes = checked_classes(num_classes, "num_classes")  # not Dense's `units`
         dropout = checked_number("dropout", dropout, lambda rate: 0 <= rate <= 1, "from 0 to 1", 0.1)  # not Dropout's `rate`
@@ -96,11 +102,27 @@ class CaiTImageClassifier(keras_hub.models.ImageClassifier):
         self.dropout = dropout
 
     def predict(self, x, *args, **kwargs):
+        """Keras' `predict`; with its `CaiTImageConverter`, also of a list of images of any sizes."""
         # Images its converter cannot take, refused in one line: inside predict's tf.data pipeline the
         # converter's error came wrapped in a page of traceback.
         if isinstance(getattr(self.preprocessor, "image_converter", None), CaiTImageConverter) and (
                 isinstance(x, (list, tuple, numpy.ndarray)) or keras.ops.is_tensor(x)):
             check_images(x, "x")
+            shape = (len(x),) if isinstance(x, (list, tuple)) else tuple(x.shape)
+            shown = f"<{type(x).__name__} of {len(x)} images>" if isinstance(x, (list, tuple)) else \
+                f"<{type(x).__name__} of shape {shape}>"
+            if len(shape) == 3:  # Keras took its rows for images
+                raise ArgumentError("x", x, "is one image, not a batch of images", "give a batch of one: "
+                                    "classifier.predict(image[None])", usage=True, shown=shown)
+            if shape[0] == 0:  # was Keras' UnboundLocalError
+                raise ArgumentError("x", x, "is a batch of 0 images", "give at least one", usage=True, shown=shown)
+            if isinstance(x, (list, tuple)):  # Keras takes a list for several inputs, and of one shape
+                images = [numpy.asarray(keras.ops.convert_to_numpy(image)) for image in x]
+                if len({image.shape for image in images}) == 1:
+                    x = numpy.stack(images)
+                else:  # the converter resizes each: one batch of one image at a time
+                    return numpy.concatenate([super(CaiTImageClassifier, self).predict(image[None], *args, **kwargs)
+                                              for image in images])
         return super().predict(x, *args, **kwargs)
 
     def save_to_preset(self, preset_dir, max_shard_size=10):

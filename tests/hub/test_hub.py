@@ -194,6 +194,36 @@ def test_images_the_converter_cannot_take_are_refused_in_one_line_by_it_and_by_p
     assert classifier.predict(np.zeros((2, 40, 60, 3), "uint8"), verbose=0).shape == (2, 3)
 
 
+def test_the_classifier_predicts_a_list_of_images_of_any_sizes_and_refuses_one_image_or_none():
+    """The converter takes "a list of such images", but predict failed on one of different sizes
+    ("Can't convert non-rectangular Python sequence"); one image (rank 3) failed in Keras' input check,
+    and 0 images in Keras' UnboundLocalError."""
+    from keras_cait.errors import ArgumentError
+
+    classifier = CaiTImageClassifier(CaiTBackbone(image_shape=(TINY_SIZE, TINY_SIZE, 3), **TINY_CAIT), 3,
+                                      preprocessor=CaiTImageClassifierPreprocessor(
+                                          CaiTImageConverter(image_size=TINY_SIZE)))
+    rng = np.random.default_rng()
+    images = [rng.integers(0, 256, (int(rng.integers(20, 60)), int(rng.integers(20, 60)), 3), "uint8")
+              for _ in range(3)]
+    alone = [classifier.predict(image[None], verbose=0)[0] for image in images]
+    np.testing.assert_allclose(classifier.predict(images, verbose=0), np.stack(alone), rtol=1e-5, atol=1e-6)
+    same = [images[0], images[0]]
+    np.testing.assert_allclose(classifier.predict(same, verbose=0), np.stack([alone[0]] * 2), rtol=1e-5, atol=1e-6)
+    for x, line in [
+        (images[0], f"x=<ndarray of shape {images[0].shape}>: is one image, not a batch of images; give a batch of "
+                    "one: classifier.predict(image[None])"),
+        (np.zeros((0, 40, 40, 3), "uint8"), "x=<ndarray of shape (0, 40, 40, 3)>: is a batch of 0 images; give at "
+                                            "least one"),
+        ([], "x=<list of 0 images>: is a batch of 0 images; give at least one"),
+    ]:
+        with pytest.raises(ArgumentError) as caught:
+            classifier.predict(x, verbose=0)
+        assert str(caught.value) == line
+    with pytest.raises(ArgumentError, match=r"^backbone=<Sequential 'sequential.*'>: has no inputs: a model never "):
+        CaiTImageClassifier(keras.Sequential([keras.layers.Dense(3)]), 2)  # was Keras' AttributeError
+
+
 def test_an_argument_the_hub_classes_do_not_take_is_refused_not_dropped():
     # Before: Keras' functional Model dropped every unknown keyword: depht=3 built the default depth,
     # num_clases=3 a 1000-class head, and from_preset's image_shape= the preset's 224x224 classifier.
