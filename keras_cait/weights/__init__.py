@@ -57,13 +57,10 @@ def _check_keras_weights_fit(model, path, argument):
     found = collections.Counter(shape for _, shape in file_shapes)
     wanted = collections.Counter(model_shapes)
     if found != wanted:
-        surplus = dict(found - wanted)
-        lacking = dict(wanted - found)
-        raise ValueError(
-            f"{path} does not fit the model '{model.name}': the file has tensors of shapes "
-            f"{surplus} that the model lacks, and lacks {lacking}. Is it a checkpoint of "
-            "another CaiT variant?"
-        )
+        parts = [f"the {has} has tensors of shapes {dict(shapes)} that the {lacks} lacks" for has, lacks, shapes in (
+            ("file", "model", found - wanted), ("model", "file", wanted - found)) if shapes]  # {} was printed
+        raise ValueError(f"{path} does not fit the model '{model.name}': {', and '.join(parts)}. Is it a checkpoint "
+                         "of another CaiT variant?")
 
 
 def _unreadable_keras_weights(path, error):
@@ -80,8 +77,8 @@ def _check_head_fits(model, path, file_head, argument):
     wanted = heads[0].units
     if not file_head:
         raise ArgumentError(argument, path, "holds no head (saved from a model built with include_top=False)",
-                            ["build the model with ", Named("include_top", False), ", then add a head: "
-                             "keras_cait.models.with_new_head(model, classes)"])
+                            ["give ", Named("include_top", False), " for its features, or ", Named("classes", shown="N"),
+                             " for a new head of N classes"])
     classes = file_head[0][-1]
     if classes != wanted:
         raise ArgumentError(argument, path, f"has a head of {classes} classes, the model one of {wanted}",

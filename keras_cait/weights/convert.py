@@ -151,6 +151,10 @@ def load_state_dict(model, state_dict, source="checkpoint", allow_nonfinite=Fals
             wrong_shapes.append(f"{key} {tuple(np.shape(state_dict[key]))}")
             continue
         values[key] = (variable, value)
+    if has_head and missing == {"head.weight", "head.bias"} and not unexpected and not wrong_shapes:
+        # A backbone's checkpoint: "another CaiT variant?" was no help.
+        raise ValueError(f"The {source} holds no head (head.weight, head.bias), and the model '{model.name}' has "
+                         "one: give include_top=False for its features, or classes=N for a new head of N classes.")
     if missing or unexpected or wrong_shapes:
         problems = []
         if missing:

@@ -242,13 +242,29 @@ def test_keras_weights_file_of_the_same_variant_loads(tmp_path, timm_reference, 
     np.testing.assert_array_equal(logits(target, images), logits(source, images))
 
 
+def test_a_timm_checkpoint_without_its_head_says_how_to_load_it(timm_reference, tiny_cait):
+    """It was "missing keys: head.bias, head.weight. Is it a checkpoint of another CaiT variant?"."""
+    from safetensors.numpy import load_file, save_file
+
+    path = timm_reference.save(timm_reference.tiny_model())
+    save_file({key: value for key, value in load_file(path).items() if not key.startswith("head.")}, path)
+    with pytest.raises(ValueError) as raised:
+        load_weights_file(tiny_cait(), path)
+    assert str(raised.value).endswith("holds no head (head.weight, head.bias), and the model 'cait' has one: give "
+                                      "include_top=False for its features, or classes=N for a new head of N classes.")
+    load_weights_file(tiny_cait(include_top=False), path)
+
+
 @pytest.mark.parametrize("changes", [dict(depth=3), dict(embed_dim=96)], ids=["depth", "width"])
 def test_keras_weights_file_of_another_variant_is_refused(tmp_path, tiny_cait, changes):
     path = str(tmp_path / "tiny.weights.h5")
     tiny_cait().save_weights(path)
 
-    with pytest.raises(ValueError, match="does not fit the model.*another CaiT variant"):
+    with pytest.raises(ValueError, match="does not fit the model.*another CaiT variant") as raised:
         load_weights_file(tiny_cait(**changes), path)
+    # Each side named only where it has tensors the other lacks: a deeper model lacks none of the file's ({} before)
+    assert ("the file has tensors of shapes" in str(raised.value)) == ("embed_dim" in changes)
+    assert "the model has tensors of shapes" in str(raised.value) and "{}" not in str(raised.value)
 
 
 def test_keras_weights_file_with_another_head_names_its_classes(tmp_path, tiny_cait):
@@ -268,8 +284,12 @@ def test_keras_weights_file_with_another_head_names_its_classes(tmp_path, tiny_c
     with pytest.raises(ArgumentError) as raised:
         load_weights_file(tiny_cait(classes=7), headless)
     assert str(raised.value) == (f"path={headless!r}: holds no head (saved from a model built with "
-                                 "include_top=False); build the model with include_top=False, then add a head: "
-                                 "keras_cait.models.with_new_head(model, classes)")
+                                 "include_top=False); give include_top=False for its features, or classes=N for a "
+                                 "new head of N classes")
+    backbone = str(tmp_path / "xxs24_backbone.weights.h5")  # the advice works: classes=N, a new head on it
+    keras_cait.CaiT_XXS24(weights=None, include_top=False, input_shape=(32, 32, 3)).save_weights(backbone)
+    assert keras_cait.models.load_classifier("XXS24", weights=backbone, image_size=32, classes=3).output_shape == (
+        None, 3)
     for model in (tiny_cait(classes=5), tiny_cait(include_top=False)):  # the same head, or none: loaded
         load_weights_file(model, five)
     tuned = str(tmp_path / "tuned.weights.h5")
