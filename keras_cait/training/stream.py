@@ -85,6 +85,10 @@ def evaluation_dataset(source, image_size, batch_size, crop_pct=1.0, one_hot=Fal
         return image, label
 
     dataset = source.examples.map(prepare, num_parallel_calls=AUTOTUNE)
+    if dataset.cardinality() == tf.data.UNKNOWN_CARDINALITY:
+        # TFRecords (a split of them too): Keras' evaluation of a dataset of unknown size warned "Your input ran
+        # out of data; interrupting training" at its end, a run's validation of every epoch included.
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(source.num_examples))
     if cache:
         dataset = dataset.cache()
     return dataset.batch(batch_size).prefetch(AUTOTUNE)

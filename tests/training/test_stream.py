@@ -18,6 +18,26 @@ def test_evaluation_dataset_batches_in_order_with_one_hot_labels(folder):
     np.testing.assert_array_equal(labels.numpy(), np.eye(10)[[0] * 10 + [1] * 6])
 
 
+def test_the_evaluation_of_tfrecords_held_out_images_has_their_size_and_keras_warns_nothing(folder, tmp_path):
+    """TFRecords' examples (and so a split's of them) are of unknown size: Keras' evaluate warned "Your
+    input ran out of data; interrupting training" at their end, in every epoch's validation of a run."""
+    import warnings
+
+    import keras
+
+    images = sources.image_folder(folder)
+    (path,) = sources.write_tfrecords(images, str(tmp_path / "digits"))
+    _, held_out = sources.split(sources.tfrecords(path, images.class_names), 0.3)
+    dataset = stream.evaluation_dataset(held_out, 8, 4)
+    assert dataset.cardinality() == -(-held_out.num_examples // 4)
+    model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(), keras.layers.Dense(10)])
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.evaluate(dataset, verbose=0)
+    assert [str(warning.message) for warning in caught if "ran out of data" in str(warning.message)] == []
+
+
 def test_each_epoch_is_a_new_permutation_without_the_last_partial_batch(folder):
     source = sources.image_folder(folder)
     augmentation = Augmentation(image_size=32, num_classes=10, **NO_AUGMENTATION)
