@@ -151,6 +151,9 @@ class RandomResizedCrop(keras.layers.Layer):
         interpolation: "bicubic", "bilinear", ... as `keras.ops.image.resize`.
         antialias: low-pass filter when downsampling, as PIL does.
         seed: optional integer seed.
+        data_format: "channels_last", the only layout it crops; None (the default) reads
+            `keras.config.image_data_format()`, and "channels_first" (given, or the global
+            setting) is refused.
         **kwargs: standard layer arguments.
 
     Shapes:

@@ -219,13 +219,22 @@ def train(model, data, output_dir, *, recipe=None, val_data=None, class_names=No
         data, val_data: "folder" of class subfolders, "tfrecord:PATTERN", "tfds:NAME:SPLIT", or a
             `sources.ImageSource`.
         output_dir: where the run's files go; the same call again resumes a killed run.
+        recipe: a `Recipe`, or a name of `RECIPES`; every knob of the run (epochs, batch, rates,
+            augmentation) is the recipe's.
         class_names: the names of the classes, in label order (TFRecords need them).
+        tfds_dir: TensorFlow Datasets' data_dir, for "tfds:NAME:SPLIT" data.
         image_size: the side of the training images; crop_pct: the validation centre crop.
         precision: a Keras dtype policy: "float32", "mixed_float16" or "mixed_bfloat16"; "auto" (the
             default): `default_precision()`, the fast one where the run is (said as it starts).
         strategy: "none", "mirrored", "multiworker" or "dataparallel" (`training.distribute`).
+        seed: of the initial weights, the data order and every augmentation draw;
+            `deterministic=True` makes TensorFlow's ops deterministic too, for the run only.
+        jit_compile: XLA for the training step (Keras' `jit_compile`).
         teacher: with a distilling recipe, a .keras path, a keras.applications name or a model.
         backup_every: steps between backups of the whole training state.
+        cache: keep the encoded training images in memory after the first epoch.
+        shuffle_buffer: examples shuffled together; None: the whole epoch of a folder, blocks of
+            10,000 records of TFRecords and TFDS (`stream.training_stream`).
         verbose: Keras' (0: silent, 1: a progress bar, 2: a line per epoch, "auto"); at 0 the run
             says none of its own lines either (its plan, stages, precision), only the notices of
             what it does otherwise than asked (a batch lowered, files it does not read, a run
@@ -426,7 +435,14 @@ def evaluate(model, data, *, weights="imagenet", class_names=None, tfds_dir=None
         model: a variant name with `weights`, the path of a .keras model, or a Keras model; a
             .keras file or a model built under another policy is rebuilt to compute in `precision`.
         data: as in `train`; its classes must be the model's, in the model's order.
+        weights: for a variant name, as `finetune`'s ("imagenet", None or a file).
+        class_names, tfds_dir: as in `train`.
         image_size: default: the model's own side, or the side of the checkpoint the name loads.
+        crop_pct: the centre crop (resize to `image_size / crop_pct`, crop `image_size`).
+        batch_size: images per batch.
+        precision: the dtype policy it computes in: "float32" (the default), "mixed_float16" or
+            "mixed_bfloat16".
+        verbose: Keras' (0: silent, 1: a progress bar, 2: one line, "auto").
 
     Returns:
         a `RunResult`: the model evaluated (under `precision`) and the summary `{"top1": ...,
