@@ -259,6 +259,7 @@ def train(model, data, output_dir, *, recipe=None, val_data=None, class_names=No
     run_data.check_data("data", data)
     if val_data is not None:
         run_data.check_data("val_data", val_data)
+    run_data.check_tfds_dir(tfds_dir, data, val_data)
     run_folder.check_output_dir(output_dir)
     deterministic, jit_compile, cache, fit_batch_to_data = run_plan.checked_switches(
         deterministic=deterministic, jit_compile=jit_compile, cache=cache, fit_batch_to_data=fit_batch_to_data)
@@ -341,6 +342,7 @@ def finetune(model, data, output_dir, *, recipe=None, weights="imagenet", val_da
     run_data.check_data("data", data)
     if val_data is not None:
         run_data.check_data("val_data", val_data)
+    run_data.check_tfds_dir(tfds_dir, data, val_data)
     run_folder.check_output_dir(output_dir)
     deterministic, jit_compile, cache, fit_batch_to_data = run_plan.checked_switches(
         deterministic=deterministic, jit_compile=jit_compile, cache=cache, fit_batch_to_data=fit_batch_to_data)
@@ -450,6 +452,7 @@ def evaluate(model, data, *, weights="imagenet", class_names=None, tfds_dir=None
     """
     run_models.check_model(model)
     run_data.check_data("data", data)
+    run_data.check_tfds_dir(tfds_dir, data)
     check_precision(precision)
     with about("crop_pct", crop_pct):
         check_crop_pct(crop_pct)

@@ -69,6 +69,15 @@ def shown(data):
     return "<ImageSource>" if isinstance(data, sources.ImageSource) else os.fspath(data)
 
 
+def check_tfds_dir(tfds_dir, data, val_data=None):
+    """`tfds_dir` refused where no data of the run is a TFDS split: it was ignored without a word."""
+    specs = [spec for spec in (data, val_data) if isinstance(spec, (str, os.PathLike))]
+    if tfds_dir is not None and not any(os.fspath(spec).startswith("tfds:") for spec in specs):
+        raise RunError("tfds_dir", tfds_dir, ["applies to TensorFlow Datasets' splits (", Named("data", shown=
+                       "'tfds:NAME:SPLIT'"), "), and the run reads none"], ["leave ", Named("tfds_dir"), " out"],
+                       usage=True)
+
+
 def check_data(argument, data):
     """`data` (or `val_data`) of a run, checked before anything is read or said: a path or spec, or
     an `ImageSource`; a tf.data.Dataset or arrays, what `model.fit` takes, are refused naming it."""

@@ -783,6 +783,19 @@ def test_a_run_refused_after_its_checks_says_no_choice_before(command, refusal, 
     assert capsys.readouterr().out == ""
 
 
+@pytest.mark.parametrize("command", ["train", "finetune", "evaluate"])
+def test_a_tfds_dir_for_data_of_no_tfds_split_is_refused_naming_it(command, digits, tmp_path, capsys):
+    """It was ignored without a word."""
+    data_dir = digits(tmp_path / "photos", per_class=2, size=8, classes=range(2))
+    arguments = ("XXS24", data_dir) if command == "evaluate" else ("XXS24", data_dir, tmp_path / "run")
+    with pytest.raises(run.RunError) as raised:
+        getattr(run, command)(*arguments, tfds_dir=str(tmp_path / "tfds"), weights=None) if command != "train" else \
+            run.train(*arguments, tfds_dir=str(tmp_path / "tfds"))
+    assert str(raised.value) == (f"tfds_dir={str(tmp_path / 'tfds')!r}: applies to TensorFlow Datasets' splits "
+                                 "(data='tfds:NAME:SPLIT'), and the run reads none; leave tfds_dir out")
+    assert capsys.readouterr().out == "" and not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("command", ["train", "finetune"])
 def test_a_run_that_goes_on_says_the_precision_auto_chose_before_it_builds_a_model(command, digits, tmp_path,
                                                                                   monkeypatch, capsys):
