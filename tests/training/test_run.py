@@ -784,9 +784,10 @@ def test_a_run_refused_after_its_checks_says_no_choice_before(command, refusal, 
 
 
 @pytest.mark.parametrize("command", ["train", "finetune", "evaluate"])
-def test_a_tfds_dir_for_data_of_no_tfds_split_is_refused_naming_it(command, digits, tmp_path, capsys):
+def test_a_tfds_dir_for_data_of_no_tfds_split_is_refused_naming_it(command, digits, tmp_path, capsys, monkeypatch):
     """It was ignored without a word."""
     data_dir = digits(tmp_path / "photos", per_class=2, size=8, classes=range(2))
+    _refuse_models(monkeypatch)
     arguments = ("XXS24", data_dir) if command == "evaluate" else ("XXS24", data_dir, tmp_path / "run")
     with pytest.raises(run.RunError) as raised:
         getattr(run, command)(*arguments, tfds_dir=str(tmp_path / "tfds"), weights=None) if command != "train" else \
