@@ -94,6 +94,7 @@ def run_blocks(blocks, workspace, epilogue=""):
 GUIDE_CHECKS = """
 import numpy as np
 assert logits.shape == (1, 1000), logits.shape
+assert several.shape == (2, 1000) and np.allclose(several[0], logits[0], atol=1e-5), several.shape
 assert type(again).__name__ == "CaiTImageClassifier" and again.num_classes == 5
 assert os.path.isfile("uploaded/config.json")
 assert tokens.shape == (1, 1 + (TINY["size"] // 16) ** 2, TINY["cait"]["embed_dim"]), tokens.shape
