@@ -45,6 +45,8 @@ class ImageSource:
         folder: the image folder it lists (None for records).
         skipped: the files of the folder's classes that are not read: their
             extension is none of `IMAGE_EXTENSIONS` (`skipped_files` says so).
+        outside: the images at the top of the folder, in no class folder, not read
+            (`skipped_files` says so too).
     """
 
     examples: tf.data.Dataset
@@ -54,6 +56,7 @@ class ImageSource:
     in_memory: bool = False
     folder: str | None = None
     skipped: tuple = ()
+    outside: tuple = ()
 
     @property
     def num_classes(self):
@@ -99,6 +102,9 @@ def image_folder(directory):
     class_names = sorted(
         entry.name for entry in os.scandir(directory) if entry.is_dir() and not entry.name.startswith(".")
     )
+    # Images beside the class folders belong to no class: not read, as in Keras and torchvision, but said.
+    outside = sorted(entry.path for entry in os.scandir(directory) if entry.is_file()
+                     and not entry.name.startswith(".") and is_image_file_name(entry.name))
     paths, labels, empty, skipped = [], [], [], []
     for index, name in enumerate(class_names):
         count, others = len(paths), len(skipped)
@@ -138,6 +144,7 @@ def image_folder(directory):
         in_memory=True,
         folder=directory,
         skipped=tuple(skipped),
+        outside=tuple(outside),
     )
 
 
@@ -167,15 +174,21 @@ def _others(paths):
 
 
 def skipped_files(what, source):
-    """The sentence that says which files of an image folder are not read (their extension is
-    none of the list), naming them (the first 10) and counting them; None where none is."""
-    skipped = list(getattr(source, "skipped", ()))
-    if not skipped:
-        return None
-    count = f"{len(skipped)} files are" if len(skipped) > 1 else "1 file is"
-    return (f"{what}: {count} not read, for an extension other than {', '.join(IMAGE_EXTENSIONS)} "
-            f"({IMAGE_FORMATS}): {listed(skipped, 10)}. Convert them to one of those formats to use them, "
-            "or move them out of the class folders.")
+    """The sentences that say which files of an image folder are not read (their extension is none
+    of the list; images outside the class folders), naming them (the first 10) and counting them;
+    None where none is."""
+    skipped, outside = list(getattr(source, "skipped", ())), list(getattr(source, "outside", ()))
+    said = []
+    if skipped:
+        count = f"{len(skipped)} files are" if len(skipped) > 1 else "1 file is"
+        said.append(f"{what}: {count} not read, for an extension other than {', '.join(IMAGE_EXTENSIONS)} "
+                    f"({IMAGE_FORMATS}): {listed(skipped, 10)}. Convert them to one of those formats to use them, "
+                    "or move them out of the class folders.")
+    if outside:
+        count = f"{len(outside)} images are" if len(outside) > 1 else "1 image is"
+        said.append(f"{what}: {count} not read, being in no class folder: {listed(outside, 10)}. Move them into "
+                    "the folder of their class to use them.")
+    return "\n".join(said) or None
 
 
 def _walk(folder):

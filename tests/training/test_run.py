@@ -503,13 +503,19 @@ def test_files_of_other_formats_in_a_class_folder_are_said_once_by_name(digits, 
     data_dir = digits(tmp_path / "photos", per_class=2, size=8, classes=range(2))
     Image.new("RGB", (8, 8)).save(os.path.join(data_dir, "0", "scan.tiff"))
     Image.new("RGB", (8, 8)).save(os.path.join(data_dir, "1", "photo.webp"))
+    # Images beside the class folders (Keras and torchvision leave them out without a word); other files there
+    # (a README, a labels file) are no images and go unsaid.
+    Image.new("RGB", (8, 8)).save(os.path.join(data_dir, "stray.jpg"))
+    (tmp_path / "photos" / "README.txt").write_text("my photos")
     _refuse(monkeypatch, run_models, "load")
     with pytest.raises(AssertionError, match="load was reached"):
         run.evaluate("XXS24", data_dir, verbose=0)
     said = [line for line in capsys.readouterr().out.splitlines() if "not read" in line]
     assert said == [f"data={data_dir!r}: 1 file is not read, for an extension other than .jpg, .jpeg, .png, .gif, "
                     f".bmp, .webp (JPEG, PNG, GIF, BMP or WebP): {os.path.join(data_dir, '0', 'scan.tiff')}. Convert "
-                    "them to one of those formats to use them, or move them out of the class folders."]
+                    "them to one of those formats to use them, or move them out of the class folders.",
+                    f"data={data_dir!r}: 1 image is not read, being in no class folder: "
+                    f"{os.path.join(data_dir, 'stray.jpg')}. Move them into the folder of their class to use them."]
 
 
 # === A Python user's mistakes: one RunError naming the argument, its value and what is allowed ===
