@@ -33,7 +33,9 @@ with quiet_tensorflow_startup():
 
         tensorflow.config.list_physical_devices()  # the device scan, whose "no GPU" record is left out
 
-from keras_cait import layers, optimizers  # noqa: F401  optimizers: its AdamW loads from .keras files
+from keras_cait import layers, loading, optimizers  # noqa: F401  optimizers: its AdamW loads from .keras files
+
+loading.register()  # the training's schedule and layers load from .keras files, their modules imported then
 from keras_cait.inspection import AttentionMaps, attention_maps, feature_extractor, forward_intermediates
 from keras_cait.preprocessing import decode_predictions, preprocess_input
 from keras_cait.models import CONSTRUCTORS, VARIANTS
