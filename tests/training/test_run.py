@@ -205,11 +205,26 @@ def test_a_model_given_as_an_object_is_trained_as_a_copy_and_told_from_another_b
     with pytest.raises(run.resume.BackupError, match=r"holds a run with other settings \(model .*weights"):
         run.finetune(other, data_dir, tmp_path / "run", **options)
 
-    # A run.json of an earlier keras_cait, which recorded the model by its name alone, still resumes.
+    # A run.json of an earlier keras_cait, which recorded the model by its name alone, still resumes,
+    # with a model of that name only.
     record = json.loads((tmp_path / "run" / "run.json").read_text())
     record["settings"]["model"] = f"<model {given.name}>"
     (tmp_path / "run" / "run.json").write_text(json.dumps(record))
+    for name in (f"{given.name}_2", "other"):
+        renamed = tiny_cait(classes=3, name=name)
+        with pytest.raises(run.resume.BackupError, match=r"holds a run with other settings \(model "):
+            run.finetune(renamed, data_dir, tmp_path / "run", **options)
     assert run.finetune(given, data_dir, tmp_path / "run", **options).summary["finished_earlier"]
+
+    # Every weight is in the digest, those that do not train too (the pre-softmax mix's bias).
+    from keras_cait.training import run_data
+
+    twin = tiny_cait(classes=3)
+    twin.set_weights(given.get_weights())
+    assert run_data.recorded_model(twin) == run_data.recorded_model(given)
+    frozen = twin.non_trainable_weights[0]
+    frozen.assign(frozen + 1.0)
+    assert run_data.recorded_model(twin) != run_data.recorded_model(given)
 
 
 @pytest.mark.parametrize("changes, argument, words", [

@@ -224,28 +224,38 @@ def test_a_cache_entry_that_does_not_fit_is_downloaded_again(hub, keras_cache, t
 
 
 @pytest.mark.large
-@pytest.mark.parametrize("recorded", [True, False])
+@pytest.mark.parametrize("case", ["recorded", "pinned, no record", "pinned, the record forged too",
+                                  "recorded on the first load after"])
 def test_a_cache_entry_changed_since_it_was_verified_is_downloaded_again(hub, keras_cache, timm_reference,
-                                                                         monkeypatch, recorded):
+                                                                         monkeypatch, case):
     """Only the header, keys and shapes of a cached file were checked as it loaded: another file of the
-    same keys and shapes put there loaded silently. Its sha256 is checked now: the one recorded at its
-    download, or the pinned one."""
+    same keys and shapes put there loaded silently. Its sha256 is checked now: the pinned one where there
+    is one (a record beside the file does not override it), else the one recorded at its download, or at
+    the first load of an entry an earlier keras_cait cached without a record."""
     import hashlib
 
     from keras_cait.weights.registry import CHECKPOINTS
 
     reference = timm_reference.model(ARCH)
     body = timm_reference.save(reference).read_bytes()
-    if not recorded:  # an entry an earlier keras_cait cached, without a record, of a pinned variant
+    if case.startswith("pinned"):
         monkeypatch.setitem(CHECKPOINTS[ARCH], "sha256", hashlib.sha256(body).hexdigest())
     hub.serve_via_cdn(ARCH, body, hub_headers(body))
     cached = os.path.join(keras_cache, f"{ARCH}.{TAG}.safetensors")
     record = os.path.join(keras_cache, f".{ARCH}.{TAG}.safetensors.sha256")
     keras_cait.CaiT_XXS24(weights="imagenet", input_shape=(384, 384, 3))
     assert open(record).read().strip() == hashlib.sha256(body).hexdigest()
-    shutil.copy(timm_reference.save(timm_reference.model(ARCH, seed=1), "other.safetensors"), cached)  # same keys
-    if not recorded:
+    if case == "recorded on the first load after":  # an entry of an earlier keras_cait, unpinned: trusted once
         os.remove(record)
+        keras_cait.CaiT_XXS24(weights="imagenet", input_shape=(384, 384, 3))
+        assert open(record).read().strip() == hashlib.sha256(body).hexdigest()
+    other = timm_reference.save(timm_reference.model(ARCH, seed=1), "other.safetensors")
+    shutil.copy(other, cached)  # same keys and shapes
+    if case == "pinned, no record":  # an entry an earlier keras_cait cached, without a record
+        os.remove(record)
+    elif case == "pinned, the record forged too":
+        with open(record, "w") as file:
+            file.write(hashlib.sha256(other.read_bytes()).hexdigest() + "\n")
 
     with pytest.warns(UserWarning, match=f"{cached} have changed since they were verified"):
         model = keras_cait.CaiT_XXS24(weights="imagenet", input_shape=(384, 384, 3), classifier_activation=None)
@@ -255,6 +265,14 @@ def test_a_cache_entry_changed_since_it_was_verified_is_downloaded_again(hub, ke
     expected, _ = timm_reference.outputs(reference, images)
     timm_reference.assert_matches(logits(model, images), expected, "logits")
     assert open(record).read().strip() == hashlib.sha256(body).hexdigest()
+
+
+def test_removing_a_cache_entry_removes_its_recorded_sha256(tmp_path):
+    entry = tmp_path / f"{ARCH}.{TAG}.safetensors"
+    entry.write_bytes(b"x")
+    (tmp_path / f".{entry.name}.sha256").write_text("ab" * 32 + "\n")
+    download.remove_entry(str(entry))
+    assert os.listdir(tmp_path) == []
 
 
 def test_a_read_only_cache_names_keras_home(keras_cache, monkeypatch):

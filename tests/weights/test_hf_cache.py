@@ -128,6 +128,8 @@ def test_offline_with_nothing_cached_names_the_cache_and_sends_no_request(
     assert "HF_HUB_OFFLINE is set" in str(error.value)
     assert str(hf.cache) in str(error.value)
     assert hub.requests == []
+    # One traceback: huggingface_hub's own error kept as `cause`, not chained
+    assert error.value.__cause__ is None and error.value.__suppress_context__ and error.value.cause is not None
     assert not os.path.exists(keras_cache) or os.listdir(keras_cache) == []
 
 

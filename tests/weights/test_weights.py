@@ -513,6 +513,11 @@ def test_an_unreadable_safetensors_file_is_named_in_the_error(tmp_path, tiny_cai
     assert str(path) in str(error.value)
     # One traceback: safetensors' own error, whose text the message says, is kept as `cause`, not chained.
     assert error.value.__cause__ is None and error.value.__suppress_context__ and error.value.cause is not None
+    from keras_cait.weights.convert import checkpoint_grid  # the metadata's reader, reached first by load_weights_file
+
+    with pytest.raises(ValueError, match="not a readable safetensors checkpoint") as error:
+        checkpoint_grid(path)
+    assert error.value.__cause__ is None and error.value.__suppress_context__ and error.value.cause is not None
 
 
 @pytest.mark.large
