@@ -229,7 +229,12 @@ def say(*parts):
     parts are written as the caller spells arguments: `precision` from Python, `--precision` from
     the command line, which calls the library inside `speaking(flag_name)`. Nothing within `quiet()`."""
     if not _QUIET.get():
-        print(" ".join(spoken(parts, _SPELLING.get()).split()), flush=True)
+        print(in_callers_words(*parts), flush=True)
+
+
+def in_callers_words(*parts):
+    """`parts` as one line, each `Named` written as the caller spells arguments (`say`'s words)."""
+    return " ".join(spoken(parts, _SPELLING.get()).split())
 
 
 def report(text=""):

@@ -14,7 +14,7 @@ import os
 import keras
 import numpy
 
-from keras_cait.errors import Named
+from keras_cait.errors import Named, in_callers_words
 from keras_cait.errors import listed
 from keras_cait.training import image_checks, sources
 from keras_cait.training.run_errors import RunError, about
@@ -97,7 +97,8 @@ def open_source(argument, data, class_names, tfds_dir):
     check_data(argument, data)
     with about(argument, os.fspath(data), ValueError, ImportError, FileNotFoundError):
         source = sources.source(data, class_names, tfds_dir)
-    skipped = sources.skipped_files(f"{argument}={shown(data)!r}", source)
+    # `data='photos'` from Python, `--data photos` from the command line
+    skipped = sources.skipped_files(in_callers_words(Named(argument, shown(data))), source)
     if skipped:
         print(skipped, flush=True)
     return source

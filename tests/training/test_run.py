@@ -531,6 +531,15 @@ def test_files_of_other_formats_in_a_class_folder_are_said_once_by_name(digits, 
                     "them to one of those formats to use them, or move them out of the class folders.",
                     f"data={data_dir!r}: 1 image is not read, being in no class folder: "
                     f"{os.path.join(data_dir, 'stray.jpg')}. Move them into the folder of their class to use them."]
+    # The command line's words: its flag (it said data='photos' too)
+    from keras_cait.cli.errors import flag_name
+    from keras_cait.errors import speaking
+    from keras_cait.training import run_data
+
+    with speaking(flag_name):
+        run_data.open_source("data", data_dir, None, None)
+    said = [line for line in capsys.readouterr().out.splitlines() if "not read" in line]
+    assert [line.split(":")[0] for line in said] == [f"--data {data_dir}"] * 2
 
 
 # === A Python user's mistakes: one RunError naming the argument, its value and what is allowed ===
