@@ -93,10 +93,17 @@ class TestStartingPoint:
         if available:
             pytest.fail(f"the probe should fail without a cache here, but says: {why}")
 
-        # A stand-in for the ImageNet checkpoint, where keras_cait's cache keeps it.
+        # A stand-in for the ImageNet checkpoint, where keras_cait's cache keeps it; its sha256 pinned in
+        # the real one's place (every load from the cache checks it).
+        import hashlib
+
+        from keras_cait.weights.registry import CHECKPOINTS
+
+        body = timm_checkpoint(demo.IMAGENET_ARCH)[1]
+        monkeypatch.setitem(CHECKPOINTS[demo.IMAGENET_ARCH], "sha256", hashlib.sha256(body).hexdigest())
         os.makedirs(os.path.dirname(cache_entry(demo.IMAGENET_ARCH)))
         with open(cache_entry(demo.IMAGENET_ARCH), "wb") as file:
-            file.write(timm_checkpoint(demo.IMAGENET_ARCH)[1])
+            file.write(body)
         reference = CaiT_XXS24(weights=cache_entry(demo.IMAGENET_ARCH))
         assert demo.imagenet_weights_available()[0]
 
