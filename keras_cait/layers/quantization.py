@@ -12,12 +12,14 @@ Dense given its own entry (`sublayer_policy`).
 import keras
 
 
+def _entry(policy, path):
+    """`policy`, or its entry for `path` where it is a `DTypePolicyMap`."""
+    return policy[path] if isinstance(policy, keras.dtype_policies.DTypePolicyMap) else policy
+
+
 def _policy_of(layer):
     """`layer`'s own policy: its entry where it was built with a map."""
-    policy = layer.dtype_policy
-    if isinstance(policy, keras.dtype_policies.DTypePolicyMap):
-        return policy[layer.path]
-    return policy
+    return _entry(layer.dtype_policy, layer.path)
 
 
 def with_quantized_sublayers(layer, config):
@@ -38,7 +40,4 @@ def sublayer_policy(layer, name):
     `DTypePolicyMap`, the map's entry for the sublayer's path. A Dense holding the whole map computes
     as it should, but Keras' `Dense.save_own_variables` reads the map's own quantization mode (its
     default's, none), and a quantized model loaded from its file could not be saved again."""
-    policy = layer.dtype_policy
-    if isinstance(policy, keras.dtype_policies.DTypePolicyMap):
-        return policy[f"{layer.path}/{name}"]
-    return policy
+    return _entry(layer.dtype_policy, f"{layer.path}/{name}")

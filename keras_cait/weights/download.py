@@ -5,9 +5,10 @@ The cache holds timm's `model.safetensors` itself, as the Hugging Face cache doe
 `cache_dir()` as `<arch>.fb_dist_in1k.safetensors`; every load puts it into the model through
 timm's key map. Nothing unverified or half-done ever reaches the cache: the download goes to a
 temporary file beside it, is checked (sha256, size, then exact keys and shapes as it loads into
-the model) and only then renamed into place, its sha256 recorded beside it (`.<name>.sha256`), which
-every later load checks it against, as the Hugging Face cache's loads do. The sha256 is the pinned one, else the one the hub
-itself sends before the redirect to its CDN; without either nothing is downloaded.
+the model) and only then renamed into place, its sha256 recorded beside it (`.<name>.sha256`),
+which every later load checks it against, as the Hugging Face cache's loads do. The sha256 is the
+pinned one, else the one the hub itself sends before the redirect to its CDN; without either
+nothing is downloaded.
 
 Every download is bounded: it stops within one byte of the size the server
 declares (`X-Linked-Size`, else `Content-Length`), or of the variant's own
@@ -334,9 +335,10 @@ def _digest_path(target):
     return os.path.join(directory, f".{name}.sha256")
 
 
-def _record_digest(target):
-    """Writes the sha256 of the verified cache entry `target` beside it (`.<name>.sha256`)."""
-    atomic.write_text(_digest_path(target), hf_cache.sha256_of(target) + "\n")
+def _record_digest(target, sha256=None):
+    """Writes the sha256 of the verified cache entry `target` (`sha256`, where already read) beside it
+    (`.<name>.sha256`)."""
+    atomic.write_text(_digest_path(target), (sha256 or hf_cache.sha256_of(target)) + "\n")
 
 
 def _intact(target, arch):
@@ -351,7 +353,7 @@ def _intact(target, arch):
     expected = registry.CHECKPOINTS[arch]["sha256"] or recorded
     actual = hf_cache.sha256_of(target)
     if expected is None:
-        _record_digest(target)
+        _record_digest(target, actual)
         return True
     if actual == expected:
         return True
